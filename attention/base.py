@@ -1,0 +1,108 @@
+"""The one interface every attention variant implements, and the one softmax.
+
+A variant is an nn.Module built from (config, layer_idx) with
+    forward(x, pos, cache=None) -> y      x, y: (B, T, C); pos: (T,) absolute positions
+    init_cache(batch_size, max_len, device, dtype) -> a cache from attention/cache.py
+    cache_elems_per_token() -> int        the formula, per token per layer (0 if constant)
+
+`attend` is the single softmax-attention routine that all softmax variants call:
+positions decide causality and ALiBi, so the same call serves training (pos = 0..T-1),
+prefill against a cache and one-token decoding.
+"""
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention.positional import alibi_bias
+
+ATTN_IMPLS = ("auto", "triton", "sdpa", "naive")
+
+
+class Attention(nn.Module):
+    """Base class: holds nothing, documents the contract above."""
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, cache=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def init_cache(self, batch_size: int, max_len: int, device, dtype):
+        raise NotImplementedError
+
+    def cache_elems_per_token(self) -> int:
+        raise NotImplementedError
+
+
+_warned_interpreter = False
+
+
+def resolve_impl(impl: str, device: torch.device) -> str:
+    """auto = the Triton kernel on CUDA, PyTorch SDPA elsewhere."""
+    global _warned_interpreter
+    if impl == "auto":
+        return "triton" if device.type == "cuda" and _has_triton_kernel() else "sdpa"
+    if impl == "triton" and device.type != "cuda" and not _warned_interpreter:
+        _warned_interpreter = True
+        print("note: attn_impl=triton on CPU runs the kernel under Triton's interpreter "
+              "(TRITON_INTERPRET=1): correct but slow", file=sys.stderr)
+    return impl
+
+
+def _has_triton_kernel() -> bool:
+    try:
+        import kernels.flash_attn  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
+           dropout_p: float = 0.0, impl: str = "sdpa") -> torch.Tensor:
+    """Causal softmax attention by absolute positions.
+
+    q: (B, H, Tq, Dqk)   k: (B, Hkv, Tk, Dqk)   v: (B, Hkv, Tk, Dv)   H % Hkv == 0
+    q_pos: (Tq,)  k_pos: (Tk,)   query i sees key j iff k_pos[j] <= q_pos[i]
+    alibi_slopes: (H,) or None    keep: optional bool (Tq, Tk) or (H, Tq, Tk) extra mask
+    Returns (B, H, Tq, Dv).
+    """
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    # The kernel aligns causality bottom-right, which is what positions mean here: the
+    # keys of a cache are contiguous and end at the last query.
+    if impl == "triton" and keep is None and dropout_p == 0.0:
+        from kernels.flash_attn import flash_attention
+        return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes)
+
+    allowed = k_pos[None, :] <= q_pos[:, None]                       # (Tq, Tk)
+    if keep is not None:
+        allowed = allowed & keep
+    bias = alibi_bias(alibi_slopes, q_pos, k_pos) if alibi_slopes is not None else None
+
+    if impl == "naive":
+        return _naive_attention(q, k, v, allowed, bias, scale, dropout_p)
+    plain_causal = bias is None and keep is None and q.size(2) == k.size(2)
+    if plain_causal:
+        mask = None
+    elif bias is None:
+        mask = allowed
+    else:  # additive float mask carrying both ALiBi and causality
+        mask = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                          is_causal=plain_causal, scale=scale,
+                                          enable_gqa=q.size(1) != k.size(1))
+
+
+def _naive_attention(q, k, v, allowed, bias, scale, dropout_p):
+    """Explicit scores and softmax; GQA by grouping query heads (K/V are not copied)."""
+    B, H, Tq, _ = q.shape
+    Hkv = k.size(1)
+    qg = q.view(B, Hkv, H // Hkv, Tq, -1)                            # (B, Hkv, G, Tq, D)
+    if allowed.dim() == 3:                                           # per-head mask
+        allowed = allowed.view(Hkv, H // Hkv, Tq, -1)
+    scores = (qg @ k.unsqueeze(2).transpose(-1, -2)).float() * scale  # (B, Hkv, G, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias.view(Hkv, H // Hkv, *bias.shape[1:])
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = F.dropout(scores.softmax(dim=-1), p=dropout_p).to(v.dtype)
+    return (probs @ v.unsqueeze(2)).reshape(B, H, Tq, -1)

@@ -1,0 +1,60 @@
+"""Positional encodings shared by every attention variant: RoPE and ALiBi.
+
+Both work on absolute positions (a LongTensor of the tokens' indices in the
+sequence), so a decoder with a cache just passes the positions of the new tokens.
+"""
+import math
+
+import torch
+
+
+def rope_inv_freq(dim: int, base: float) -> torch.Tensor:
+    """theta_i = base^(-2i/dim) for i in [0, dim/2) (RoFormer, eq. 15)."""
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def rope_cos_sin(pos: torch.Tensor, dim: int, base: float):
+    """cos/sin of m*theta_i for each position m: two (T, dim/2) fp32 tensors.
+
+    Computed on the fly in fp64 (so large positions keep their precision) rather
+    than read from a table, so decoding may run past any training length.
+    """
+    angles = pos.to(torch.float64)[:, None] * rope_inv_freq(dim, base).to(pos.device)[None, :]
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair (x[2i], x[2i+1]) of the last dim by the angle m*theta_i.
+
+    x: (B, H, T, D) with D even; cos, sin: (T, D/2). Returns x's dtype.
+    """
+    x_pairs = x.float().unflatten(-1, (-1, 2))         # (B, H, T, D/2, 2)
+    x_even, x_odd = x_pairs[..., 0], x_pairs[..., 1]
+    rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+def alibi_slopes(n_head: int) -> torch.Tensor:
+    """Head slopes of "Train Short, Test Long" (Press et al. 2022).
+
+    For n a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8).
+    Otherwise the paper's rule: the slopes of the closest power of two below n,
+    then every other slope of the sequence for twice that power, until n heads.
+    """
+    def power_of_two_slopes(n):
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_head).is_integer():
+        slopes = power_of_two_slopes(n_head)
+    else:
+        closest = 2 ** math.floor(math.log2(n_head))
+        slopes = power_of_two_slopes(closest) + power_of_two_slopes(2 * closest)[0::2][: n_head - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """Additive score bias -m_h * (i - j): (H, Tq, Tk) fp32. Future keys get a positive
+    bias here, but the causal mask removes them."""
+    distance = (q_pos[:, None] - k_pos[None, :]).float()   # (Tq, Tk)
+    return -slopes.to(q_pos.device)[:, None, None] * distance

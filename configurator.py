@@ -1,0 +1,63 @@
+"""nanoGPT-style configuration: python train.py config/x.py --key=value ...
+
+A config file is Python that assigns keys as globals (and may `include("base.py")`, a
+path relative to the including file). `--key=value` overrides come after; values are
+parsed as Python literals and checked against the key's declared type. Any problem is
+raised as ConfigError with a one-line message; the scripts print it and exit 2.
+"""
+import ast
+import os
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _check_type(key, value, typ, raw):
+    if typ is str:
+        return raw if isinstance(raw, str) and not isinstance(value, str) else value
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{key}={raw!r} has the wrong type: expected {typ.__name__}, got {type(value).__name__}")
+
+
+def _exec_config_file(path, namespace):
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path!r} not found")
+    base = os.path.dirname(os.path.abspath(path))
+    namespace["include"] = lambda rel: _exec_config_file(os.path.join(base, rel), namespace)
+    with open(path) as f:
+        code = compile(f.read(), path, "exec")
+    try:
+        exec(code, namespace)
+    except Exception as e:  # a user's config file: report it in one line
+        raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
+
+
+def parse_config(argv, types: dict, defaults: dict) -> dict:
+    """argv: config files then --key=value; types/defaults: key -> type / default value."""
+    config = dict(defaults)
+    for arg in argv:
+        if not arg.startswith("--"):
+            namespace = {}
+            _exec_config_file(arg, namespace)
+            for key, value in namespace.items():
+                if key.startswith("_") or key == "include" or callable(value) or type(value).__name__ == "module":
+                    continue
+                if key not in types:
+                    raise ConfigError(f"{arg} sets unknown key {key!r}; known keys: {', '.join(sorted(types))}")
+                config[key] = _check_type(key, value, types[key], value)
+            continue
+        key, eq, raw = arg[2:].partition("=")
+        if not eq:
+            raise ConfigError(f"override {arg!r} must look like --key=value")
+        if key not in types:
+            raise ConfigError(f"unknown key {key!r} in {arg}; known keys: {', '.join(sorted(types))}")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw  # a bare word such as --dataset=shakespeare_char
+        config[key] = _check_type(key, value, types[key], raw)
+    return config

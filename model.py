@@ -1,0 +1,249 @@
+"""One GPT whose attention is chosen by config: GPTConfig, Block, GPT.
+
+    idx -> wte (+ wpe if learned) -> [Block: x + attn(ln_1(x)), x + mlp(ln_2(x))] x n_layer
+        -> ln_f -> lm_head (tied to wte) -> logits
+
+The attention variant comes from attention/ (config.attention); positions are absolute
+token indices handed to every layer, so the same forward serves training, prefill and
+one-token decoding with per-layer caches.
+"""
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention import VARIANTS, build_attention
+from attention.base import ATTN_IMPLS
+
+POS_ENCODINGS = ("rope", "alibi", "learned", "none")
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024        # training context length (and the learned-position table size)
+    vocab_size: int = 50304       # set from the dataset's meta.json by train.py
+    n_layer: int = 12
+    n_head: int = 12              # query heads; head_dim = n_embd // n_head
+    n_embd: int = 768
+    dropout: float = 0.0          # on attention probabilities, residual branches and embeddings
+    bias: bool = False            # biases in Linear and LayerNorm layers
+    attention: str = "mha"        # one of attention.VARIANTS: mha, gqa, mqa, ...
+    n_kv_head: int = 0            # KV heads; 0 = what `attention` implies (mha: n_head, mqa: 1)
+    pos_encoding: str = "rope"    # rope | alibi | learned | none
+    rope_base: float = 10000.0    # RoPE theta_i = rope_base^(-2i/d)
+    attn_impl: str = "auto"       # auto (Triton on CUDA, else SDPA) | triton | sdpa | naive
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self):
+        """Raise ValueError with one line naming the problem and what is allowed."""
+        if self.attention not in VARIANTS:
+            raise ValueError(f"unknown attention={self.attention!r}; choose one of {', '.join(VARIANTS)}")
+        if self.pos_encoding not in POS_ENCODINGS:
+            raise ValueError(f"unknown pos_encoding={self.pos_encoding!r}; choose one of {', '.join(POS_ENCODINGS)}")
+        if self.attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"unknown attn_impl={self.attn_impl!r}; choose one of {', '.join(ATTN_IMPLS)}")
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ValueError(f"RoPE needs an even head dim, got {self.n_embd // self.n_head}; change n_embd or n_head")
+        if self.n_kv_head == 0:
+            self.n_kv_head = {"mha": self.n_head, "mqa": 1}.get(self.attention, 0)
+        if self.attention == "mha" and self.n_kv_head != self.n_head:
+            raise ValueError(f"attention=mha means n_kv_head = n_head = {self.n_head}, got {self.n_kv_head}; use attention=gqa")
+        if self.attention == "mqa" and self.n_kv_head != 1:
+            raise ValueError(f"attention=mqa means n_kv_head = 1, got {self.n_kv_head}; use attention=gqa")
+        if self.attention == "gqa" and not (1 < self.n_kv_head < self.n_head and self.n_head % self.n_kv_head == 0):
+            raise ValueError(f"attention=gqa needs 1 < n_kv_head < n_head with n_head % n_kv_head == 0, "
+                             f"got n_head={self.n_head} n_kv_head={self.n_kv_head}")
+        if self.n_kv_head < 1 or self.n_head % self.n_kv_head:
+            raise ValueError(f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}")
+        check = getattr(VARIANTS[self.attention], "check_config", None)
+        if check is not None:  # a variant's own rules (allowed positions, its knobs)
+            check(self)
+
+    def to_dict(self):
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d):
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class MLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = build_attention(config, layer_idx)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, pos, cache=None):
+        x = x + self.attn(self.ln_1(x), pos, cache)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == "learned" else None
+        self.drop = nn.Dropout(config.dropout)
+        self.h = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying
+        self.apply(self._init_weights)
+        # GPT-2: residual projections scaled by 1/sqrt(2 * n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx, targets=None, caches=None, last_only=False):
+        """idx (B, T) -> logits (B, T, V) (or (B, 1, V) with last_only), loss or None.
+        With caches, idx holds only the new tokens and positions continue from the caches."""
+        T = idx.size(1)
+        start = caches[0].pos if caches is not None else 0
+        pos = torch.arange(start, start + T, device=idx.device)
+        x = self.wte(idx)
+        if self.wpe is not None:
+            if start + T > self.config.block_size:
+                raise ValueError(f"learned positions stop at block_size={self.config.block_size}")
+            x = x + self.wpe(pos)
+        x = self.drop(x)
+        for i, block in enumerate(self.h):
+            x = block(x, pos, caches[i] if caches is not None else None)
+        x = self.ln_f(x)
+        if targets is not None:
+            logits = self.lm_head(x)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            return logits, loss
+        return self.lm_head(x[:, -1:] if last_only else x), None
+
+    # ---- decoding ----
+    def init_caches(self, batch_size, max_len, device=None, dtype=None):
+        p = next(self.parameters())
+        return [b.attn.init_cache(batch_size, max_len, device or p.device, dtype or p.dtype) for b in self.h]
+
+    def cache_elems_per_token(self) -> int:
+        """Formula: cache elements per token, summed over layers."""
+        return sum(b.attn.cache_elems_per_token() for b in self.h)
+
+    def context_window(self, max_context=None) -> int:
+        """How many tokens decoding keeps: learned positions end at block_size; RoPE, ALiBi
+        and no positions slide a cache of max_context (default block_size) tokens."""
+        if self.config.pos_encoding == "learned":
+            return self.config.block_size
+        return max_context or self.config.block_size
+
+    @torch.no_grad()
+    def generate_stream(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+                        generator=None, use_cache=True, max_context=None):
+        """Yield the next token ids (B,) one step at a time.
+
+        With the cache: one prefill pass over the prompt (cropped to the window), then one
+        token per step. Learned positions fall back to recomputing the last block_size
+        tokens once the cache reaches block_size; the others slide their cache.
+        Without the cache: recompute the last `window` tokens every step.
+        """
+        window = self.context_window(max_context)
+        caches = None
+        for step in range(max_new_tokens):
+            if not use_cache:
+                logits, _ = self(idx[:, -window:], last_only=True)
+            elif caches is None:
+                context = idx[:, -window:]
+                caches = self.init_caches(idx.size(0), min(window, context.size(1) + max_new_tokens))
+                logits, _ = self(context, caches=caches, last_only=True)
+            elif self.wpe is not None and caches[0].pos >= self.config.block_size:
+                logits, _ = self(idx[:, -window:], last_only=True)
+            else:
+                logits, _ = self(idx[:, -1:], caches=caches, last_only=True)
+            next_id = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p, generator)
+            idx = torch.cat((idx, next_id[:, None]), dim=1)
+            yield next_id
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, **kwargs):
+        """idx (B, T) -> (B, T + max_new_tokens)."""
+        new = list(self.generate_stream(idx, max_new_tokens, **kwargs))
+        return torch.cat([idx] + [t[:, None] for t in new], dim=1)
+
+    # ---- training helpers ----
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW; weight decay only on matrices (not biases, norms)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token (PaLM appendix B): 6N + 12 * L * H * D * T."""
+        c = self.config
+        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
+
+    def estimate_mfu(self, tokens_per_sec: float, device: torch.device):
+        """Model FLOPs utilization against the device's bf16 dense peak; None when unknown (CPU)."""
+        peak = device_peak_flops(device)
+        return None if peak is None else self.flops_per_token() * tokens_per_sec / peak
+
+
+# bf16 dense tensor-core peaks (FLOP/s), matched by substring of the CUDA device name
+GPU_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12,
+                  "L4": 121e12, "4090": 165e12, "3090": 71e12, "V100": 125e12, "T4": 65e12}
+
+
+def device_peak_flops(device: torch.device):
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None)
+
+
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """logits (B, V) -> token ids (B,). temperature 0 = greedy."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        drop = cum - sorted_logits.softmax(dim=-1) >= top_p   # keep the smallest prefix reaching top_p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    probs = logits.softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -1,0 +1,106 @@
+"""Sample from a trained model, with a KV cache (or --no_cache to recompute every step).
+
+    python sample.py --out_dir=out-shakespeare-char --start="ROMEO:" --max_new_tokens=500
+    python sample.py --out_dir=... --temperature=0 --no_cache     # greedy, no cache
+
+Samples stream to stdout, separated by a line of dashes; timing goes to stderr.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+from model import GPT, GPTConfig
+from tokenizer import TokenizerError, load_tokenizer
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        print(f"error: {message}; see python sample.py --help", file=sys.stderr)
+        sys.exit(2)
+
+
+def fail(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args(argv=None):
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out_dir", default="out", help="folder holding ckpt.pt")
+    ap.add_argument("--start", default="\n", help="prompt text, or FILE:path to read it from a file")
+    ap.add_argument("--num_samples", type=int, default=1)
+    ap.add_argument("--max_new_tokens", type=int, default=500)
+    ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    ap.add_argument("--top_k", type=int, default=200, help="0 = no top-k")
+    ap.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling; 1 = off")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--attn_impl", default=None, help="override the checkpoint's attn_impl")
+    ap.add_argument("--max_context", type=int, default=0,
+                    help="tokens kept while decoding (RoPE/ALiBi/none slide past it); 0 = block_size")
+    ap.add_argument("--no_cache", action="store_true", help="recompute the whole context every step")
+    args = ap.parse_args(argv)
+    if args.num_samples < 1 or args.max_new_tokens < 1:
+        ap.error("--num_samples and --max_new_tokens must be at least 1")
+    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_context < 0:
+        ap.error("need --temperature >= 0, 0 < --top_p <= 1, --top_k >= 0, --max_context >= 0")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
+    if not os.path.exists(ckpt_path):
+        fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    start = args.start
+    if start.startswith("FILE:"):
+        path = start[5:]
+        if not os.path.isfile(path):
+            fail(f"prompt file {path} not found")
+        with open(path, encoding="utf-8") as f:
+            start = f.read()
+    if not start:
+        fail("the prompt is empty; pass --start with at least one token")
+
+    ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
+    model_args = dict(ckpt["model_args"])
+    if args.attn_impl:
+        model_args["attn_impl"] = args.attn_impl
+    try:
+        config = GPTConfig.from_dict(model_args)
+        tokenizer = load_tokenizer(ckpt["meta"])
+        prompt = tokenizer.encode(start)
+    except (TokenizerError, ValueError) as e:
+        fail(str(e))
+    if config.pos_encoding == "learned" and args.max_context > config.block_size:
+        fail(f"learned positions stop at block_size={config.block_size}; lower --max_context")
+    model = GPT(config)
+    model.load_state_dict(ckpt["model"])
+    model.eval().to(device)
+
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]
+    for s in range(args.num_samples):
+        sys.stdout.write(start)
+        new_ids, printed, t0 = [], "", time.time()
+        for next_id in model.generate_stream(x, args.max_new_tokens, temperature=args.temperature,
+                                             top_k=args.top_k or None, top_p=args.top_p, generator=generator,
+                                             use_cache=not args.no_cache, max_context=args.max_context or None):
+            new_ids.append(next_id.item())
+            text = tokenizer.decode(new_ids)
+            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+                sys.stdout.write(text[len(printed):])
+                sys.stdout.flush()
+                printed = text
+        sys.stdout.write(tokenizer.decode(new_ids)[len(printed):] + "\n---------------\n")
+        dt = time.time() - t0
+        print(f"sample {s + 1}: {len(new_ids)} tokens in {dt:.2f}s ({len(new_ids) / dt:.1f} tokens/s, "
+              f"{'no cache' if args.no_cache else 'kv cache'})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

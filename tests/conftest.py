@@ -1,0 +1,33 @@
+"""Fixtures: a prepared Tiny Shakespeare (character level).
+
+The corpus comes from $TINYSHAKESPEARE_INPUT (CI points it at a local copy); without it
+the prepare script downloads the text.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+# Triton reads this at import: without a GPU, kernels run under its interpreter on CPU tensors.
+try:
+    import torch
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    pass
+
+from helpers import ROOT  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory):
+    """A data_dir holding shakespeare_char/{train,val}.bin and meta.json."""
+    root = tmp_path_factory.mktemp("data")
+    cmd = [sys.executable, os.path.join(ROOT, "data/shakespeare_char/prepare.py"),
+           "--out_dir", str(root / "shakespeare_char")]
+    if os.environ.get("TINYSHAKESPEARE_INPUT"):
+        cmd += ["--input", os.environ["TINYSHAKESPEARE_INPUT"]]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return root
+

@@ -1,0 +1,166 @@
+"""The GPT with the MHA family: cached decoding == full forward, GQA == MHA with shared
+K/V, cache sizes from the tensors, an independent attention reference, config checks."""
+import math
+import itertools
+
+import pytest
+import torch
+
+from helpers import ATTENTIONS, POS_ENCODINGS, tiny_model_kwargs
+from model import GPT, GPTConfig
+
+COMBOS = list(itertools.product(ATTENTIONS, POS_ENCODINGS))
+
+
+def make_model(attention, pos_encoding, **kw):
+    torch.manual_seed(0)
+    cfg = GPTConfig(**tiny_model_kwargs(attention=attention, n_kv_head=ATTENTIONS.get(attention, 0),
+                                        pos_encoding=pos_encoding, **kw))
+    model = GPT(cfg).eval()
+    with torch.no_grad():  # larger weights than init so that positions and heads matter
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+@pytest.mark.parametrize("attention,pos_encoding", COMBOS)
+def test_cached_decoding_equals_full_forward(attention, pos_encoding):
+    model = make_model(attention, pos_encoding)
+    idx = torch.randint(0, 65, (2, 30))
+    full, _ = model(idx)
+    caches = model.init_caches(2, 32)
+    steps = [model(idx[:, :7], caches=caches)[0]]              # prefill of 7 tokens
+    steps += [model(idx[:, 7:12], caches=caches)[0]]           # a second multi-token chunk
+    steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(12, 30)]
+    assert (full - torch.cat(steps, dim=1)).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("attention,pos_encoding", COMBOS)
+def test_attn_impls_agree(attention, pos_encoding):
+    model = make_model(attention, pos_encoding)
+    idx = torch.randint(0, 65, (2, 30))
+    sdpa, _ = model(idx)
+    for block in model.h:
+        block.attn.attn_impl = "naive"
+    naive, _ = model(idx)
+    assert (sdpa - naive).abs().max().item() <= 1e-5
+
+
+def reference_attention_layer(attn, x, pos_encoding):
+    """Independent causal attention: a loop over heads with per-head weights, explicit
+    scores, RoPE by 2x2 rotations and ALiBi slopes written out for 4 heads."""
+    B, T, C = x.shape
+    H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
+    W = attn.c_attn.weight
+    q_w, k_w, v_w = W[:H * D], W[H * D:(H + Hkv) * D], W[(H + Hkv) * D:]
+    outs = []
+    for h in range(H):
+        g = h // (H // Hkv)
+        q = x @ q_w[h * D:(h + 1) * D].T
+        k = x @ k_w[g * D:(g + 1) * D].T
+        v = x @ v_w[g * D:(g + 1) * D].T
+        if pos_encoding == "rope":
+            ang = torch.arange(T)[:, None].double() * (10000.0 ** (-torch.arange(0, D, 2).double() / D))
+            c, s = ang.cos().float(), ang.sin().float()
+
+            def rot(t):
+                e, o = t[..., 0::2], t[..., 1::2]
+                return torch.stack((e * c - o * s, e * s + o * c), dim=-1).flatten(-2)
+            q, k = rot(q), rot(k)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D)
+        if pos_encoding == "alibi":
+            slope = 2.0 ** (-2.0 * (h + 1))   # 4 heads: 1/4, 1/16, 1/64, 1/256
+            i = torch.arange(T)
+            scores = scores - slope * (i[:, None] - i[None, :]).float()
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        outs.append(scores.softmax(-1) @ v)
+    return torch.cat(outs, dim=-1) @ attn.c_proj.weight.T
+
+
+@pytest.mark.parametrize("attention,pos_encoding", [(a, p) for a, p in COMBOS if p != "learned"])
+def test_attention_layer_matches_reference(attention, pos_encoding):
+    model = make_model(attention, pos_encoding)
+    attn = model.h[0].attn
+    x = torch.randn(2, 20, 32)
+    with torch.no_grad():
+        got = attn(x, torch.arange(20))
+        want = reference_attention_layer(attn, x, pos_encoding)
+    assert (got - want).abs().max().item() <= 1e-5
+
+
+def test_mha_class_with_all_kv_heads_equals_gqa_with_repeated_kv():
+    """GQA's grouped computation equals MHA whose K/V weights repeat each KV head."""
+    gqa = make_model("gqa", "rope")
+    mha = make_model("mha", "rope")
+    H, Hkv, D = 4, 2, 8
+    with torch.no_grad():
+        for bg, bm in zip(gqa.h, mha.h):
+            Wg = bg.attn.c_attn.weight
+            q_w, k_w, v_w = Wg[:H * D], Wg[H * D:(H + Hkv) * D], Wg[(H + Hkv) * D:]
+            rep = lambda w: w.view(Hkv, D, -1).repeat_interleave(H // Hkv, dim=0).reshape(H * D, -1)
+            bm.attn.c_attn.weight.copy_(torch.cat([q_w, rep(k_w), rep(v_w)]))
+            for name in ("c_proj", ):
+                getattr(bm.attn, name).weight.copy_(getattr(bg.attn, name).weight)
+            bm.mlp.load_state_dict(bg.mlp.state_dict())
+            bm.ln_1.load_state_dict(bg.ln_1.state_dict())
+            bm.ln_2.load_state_dict(bg.ln_2.state_dict())
+        mha.wte.weight.copy_(gqa.wte.weight)
+        mha.ln_f.load_state_dict(gqa.ln_f.state_dict())
+    idx = torch.randint(0, 65, (2, 24))
+    assert (gqa(idx)[0] - mha(idx)[0]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_cache_size_matches_formula(attention):
+    model = make_model(attention, "rope")
+    B, max_len = 3, 17
+    caches = model.init_caches(B, max_len, dtype=torch.bfloat16)
+    measured = sum(c.numel() for c in caches) / (B * max_len * len(caches))
+    n_kv = {"mha": 4, "gqa": 2, "mqa": 1}[attention]
+    assert measured == 2 * n_kv * (32 // 4)
+    assert sum(c.nbytes() for c in caches) == measured * 2 * B * max_len * len(caches)
+    assert model.cache_elems_per_token() == measured * len(caches)
+
+
+@pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "none"])
+def test_sliding_cache_equals_windowed_recompute_for_one_layer(pos_encoding):
+    """Past max_context the cache slides. With one layer a token's K/V depend only on that
+    token, so sliding must equal recomputing the last max_context tokens from scratch."""
+    model = make_model("gqa", pos_encoding, n_layer=1)
+    idx = torch.randint(0, 65, (1, 10))
+    kw = dict(temperature=0, max_context=16)
+    with_cache = model.generate(idx, 40, use_cache=True, **kw)
+    without = model.generate(idx, 40, use_cache=False, **kw)
+    assert torch.equal(with_cache, without)
+
+
+@pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
+def test_generate_past_block_size(pos_encoding):
+    model = make_model("mqa", pos_encoding)
+    out = model.generate(torch.zeros(2, 5, dtype=torch.long), 60, temperature=1.0, top_k=10, top_p=0.9,
+                         generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 65) and out.max() < 65
+
+
+def test_top_k_and_top_p_restrict_the_choice():
+    from model import sample_next
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]]).repeat(200, 1)
+    g = torch.Generator().manual_seed(0)
+    assert set(sample_next(logits, 1.0, top_k=2, generator=g).tolist()) == {2, 3}
+    # probs 0.032, 0.087, 0.237, 0.644: top_p=0.8 keeps {3, 2}, top_p=0.5 keeps {3}
+    assert set(sample_next(logits, 1.0, top_p=0.8, generator=g).tolist()) == {2, 3}
+    assert set(sample_next(logits, 1.0, top_p=0.5, generator=g).tolist()) == {3}
+    assert sample_next(logits[:1], 0).item() == 3
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(attention="xyz"), "unknown attention"),
+    (dict(pos_encoding="sinusoid"), "unknown pos_encoding"),
+    (dict(attention="gqa", n_kv_head=3), "gqa needs"),
+    (dict(attention="mqa", n_kv_head=2), "mqa means"),
+    (dict(n_embd=30), "not divisible by n_head"),
+    (dict(attn_impl="cuda"), "unknown attn_impl"),
+])
+def test_config_rejects_bad_values(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        GPTConfig(**tiny_model_kwargs(**kwargs))

@@ -1,0 +1,324 @@
+"""Train a GPT with the attention of your choice.
+
+    python train.py config/gqa.py                       # a config file, then overrides
+    python train.py config/gqa.py --batch_size=32 --device=cpu
+    torchrun --standalone --nproc_per_node=8 train.py config/owt_gpt2_124m.py   # DDP
+
+Writes to out_dir: ckpt.pt (latest, at every eval), log.jsonl (one line per eval) and
+summary.json (at the end). init_from=resume continues from out_dir/ckpt.pt.
+"""
+import json
+import math
+import os
+import resource
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+import torch
+
+from configurator import ConfigError, parse_config
+from model import GPT, GPTConfig
+
+
+@dataclass
+class TrainConfig:
+    # I/O
+    out_dir: str = "out"
+    eval_interval: int = 250      # evaluate, log and checkpoint every this many iterations
+    log_interval: int = 10        # console line every this many iterations
+    eval_iters: int = 200         # batches per split per evaluation
+    eval_only: bool = False
+    init_from: str = "scratch"    # scratch | resume (from out_dir/ckpt.pt)
+    # wandb
+    wandb_log: bool = False
+    wandb_project: str = "which-attention"
+    wandb_group: str = ""
+    wandb_run_name: str = ""      # default: <attention>-<pos_encoding>
+    # data: data_dir/dataset/{train,val}.bin + meta.json
+    dataset: str = "shakespeare_char"
+    data_dir: str = "data"
+    gradient_accumulation_steps: int = 1
+    batch_size: int = 12
+    # AdamW and the cosine schedule with linear warmup
+    learning_rate: float = 6e-4
+    max_iters: int = 2000
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0        # 0 disables
+    decay_lr: bool = True
+    warmup_iters: int = 100
+    lr_decay_iters: int = 2000
+    min_lr: float = 6e-5
+    # system
+    backend: str = "nccl"         # DDP backend under torchrun
+    device: str = "auto"          # auto (cuda if present) | cpu | cuda | cuda:N | mps
+    dtype: str = "auto"           # auto (bfloat16 on CUDA if supported, else float32) | float32 | bfloat16 | float16
+    compile: bool = False
+    seed: int = 1337
+
+
+MODEL_KEYS = {f.name: f.type for f in fields(GPTConfig) if f.name != "vocab_size"}
+TRAIN_KEYS = {f.name: f.type for f in fields(TrainConfig)}
+
+
+def fail(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_settings(argv):
+    """Parse, then validate everything (model shape included) before any work."""
+    defaults = {**asdict(TrainConfig()), **{k: getattr(GPTConfig, k) for k in MODEL_KEYS}}
+    cfg = parse_config(argv, {**TRAIN_KEYS, **MODEL_KEYS}, defaults)
+    tc = TrainConfig(**{k: cfg[k] for k in TRAIN_KEYS})
+    if tc.init_from not in ("scratch", "resume"):
+        raise ConfigError(f"init_from={tc.init_from!r}; choose scratch or resume")
+    if tc.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise ConfigError(f"dtype={tc.dtype!r}; choose auto, float32, bfloat16 or float16")
+    for key in ("eval_interval", "log_interval", "eval_iters", "batch_size", "gradient_accumulation_steps"):
+        if getattr(tc, key) < 1:
+            raise ConfigError(f"{key}={getattr(tc, key)} must be at least 1")
+    data = os.path.join(tc.data_dir, tc.dataset)
+    missing = [f for f in ("train.bin", "val.bin", "meta.json") if not os.path.exists(os.path.join(data, f))]
+    if missing:
+        script = os.path.join("data", tc.dataset, "prepare.py")
+        how = f"python {script} --out_dir {data}" if os.path.exists(script) else f"add data/{tc.dataset}/prepare.py"
+        raise ConfigError(f"dataset {tc.dataset!r} is missing {', '.join(missing)} in {data}; make it with: {how}")
+    with open(os.path.join(data, "meta.json")) as f:
+        meta = json.load(f)
+    model_cfg = {k: cfg[k] for k in MODEL_KEYS}
+    gptconf = GPTConfig(vocab_size=meta["vocab_size"], **model_cfg)  # validates; ValueError on bad shapes
+    return tc, gptconf, meta, cfg
+
+
+def main(argv=None):
+    try:
+        tc, gptconf, meta, flat_cfg = load_settings(sys.argv[1:] if argv is None else argv)
+    except ValueError as e:  # ConfigError and GPTConfig's validation
+        fail(str(e))
+
+    # ---- distributed setup (torchrun sets RANK) ----
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    if ddp:
+        from torch.distributed import init_process_group
+        init_process_group(backend=tc.backend)
+        rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+        device = f"cuda:{local_rank}"
+        torch.cuda.set_device(device)
+        assert tc.gradient_accumulation_steps % world == 0, "gradient_accumulation_steps must divide by the world size"
+        tc.gradient_accumulation_steps //= world
+    else:
+        rank, world = 0, 1
+        device = tc.device if tc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    master = rank == 0
+    device_type = "cuda" if "cuda" in device else device
+    if device_type == "cuda" and not torch.cuda.is_available():
+        fail("device=cuda but CUDA is not available; use --device=cpu")
+    dtype = tc.dtype if tc.dtype != "auto" else (
+        "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    autocast = nullcontext() if device_type == "cpu" or dtype == "float32" else torch.autocast(device_type, dtype=ptdtype)
+    torch.manual_seed(tc.seed + rank)  # dropout
+    # Batches come from their own generators: each rank draws different training windows,
+    # and every evaluation reads the same windows, so losses are comparable across evals.
+    train_gen = torch.Generator().manual_seed(tc.seed + rank)
+    eval_gen = torch.Generator()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+    ckpt_path = os.path.join(tc.out_dir, "ckpt.pt")
+    iter_num, best_val_loss, checkpoint = 0, float("inf"), None
+    if tc.init_from == "resume":
+        if not os.path.exists(ckpt_path):
+            fail(f"init_from=resume but {ckpt_path} does not exist; train with init_from=scratch first")
+        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)
+        gptconf = GPTConfig.from_dict({**checkpoint["model_args"], "attn_impl": gptconf.attn_impl})
+        iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
+    tokens_per_iter = tc.gradient_accumulation_steps * world * tc.batch_size * gptconf.block_size
+
+    # ---- data: random windows from the memmap (re-opened each call: np.memmap leaks otherwise) ----
+    data_dir = os.path.join(tc.data_dir, tc.dataset)
+    np_dtype = np.dtype(meta.get("dtype", "uint16"))
+    for split in ("train", "val"):
+        n = os.path.getsize(os.path.join(data_dir, f"{split}.bin")) // np_dtype.itemsize
+        if n <= gptconf.block_size:
+            fail(f"{split}.bin holds {n} tokens, not more than block_size={gptconf.block_size}; lower block_size")
+
+    pending_batch_gen_state = None  # the train generator's state before the batch in flight
+
+    def get_batch(split, gen=train_gen):
+        nonlocal pending_batch_gen_state
+        if gen is train_gen:
+            pending_batch_gen_state = gen.get_state()
+        data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np_dtype, mode="r")
+        ix = torch.randint(len(data) - gptconf.block_size, (tc.batch_size,), generator=gen)
+        x = torch.stack([torch.from_numpy(data[i:i + gptconf.block_size].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + gptconf.block_size].astype(np.int64)) for i in ix])
+        if device_type == "cuda":
+            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+        return x.to(device), y.to(device)
+
+    # ---- model, optimizer ----
+    model = GPT(gptconf).to(device)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+    optimizer = model.configure_optimizers(tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2), device_type)
+    if checkpoint is not None:
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        torch.set_rng_state(checkpoint["rng"]["torch"].cpu())
+        if rank == 0:  # redraw the batch that was in flight when the checkpoint was written
+            train_gen.set_state(checkpoint["rng"]["train_batches"].cpu())
+        else:
+            train_gen.manual_seed(tc.seed + rank + 1000 * iter_num)
+        if device_type == "cuda" and "cuda" in checkpoint["rng"]:
+            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"].cpu())
+    scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
+    raw_model = model
+    if tc.compile:
+        model = torch.compile(model)
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model, device_ids=[local_rank])
+    n_params = raw_model.num_params()
+    kv_bytes = raw_model.cache_elems_per_token() * ptdtype.itemsize
+
+    @torch.no_grad()
+    def estimate_loss():
+        out = {}
+        model.eval()
+        eval_gen.manual_seed(tc.seed + 1)
+        for split in ("train", "val"):
+            losses = torch.zeros(tc.eval_iters)
+            for k in range(tc.eval_iters):
+                X, Y = get_batch(split, eval_gen)
+                with autocast:
+                    _, loss = model(X, Y)
+                losses[k] = loss.item()
+            out[split] = losses.mean().item()
+        model.train()
+        return out
+
+    def get_lr(it):
+        if not tc.decay_lr:
+            return tc.learning_rate
+        if it < tc.warmup_iters:
+            return tc.learning_rate * (it + 1) / (tc.warmup_iters + 1)
+        if it > tc.lr_decay_iters:
+            return tc.min_lr
+        ratio = (it - tc.warmup_iters) / max(1, tc.lr_decay_iters - tc.warmup_iters)
+        return tc.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (tc.learning_rate - tc.min_lr)
+
+    def save_checkpoint():
+        ckpt = {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                "model_args": gptconf.to_dict(), "config": flat_cfg, "meta": meta,
+                "iter_num": iter_num, "best_val_loss": best_val_loss,
+                "rng": {"torch": torch.get_rng_state(), "train_batches": pending_batch_gen_state,
+                        **({"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})}}
+        tmp = ckpt_path + ".tmp"
+        torch.save(ckpt, tmp)
+        os.replace(tmp, ckpt_path)  # never a half-written ckpt.pt
+
+    wandb = None
+    if master:
+        os.makedirs(tc.out_dir, exist_ok=True)
+        run_name = tc.wandb_run_name or f"{gptconf.attention}-{gptconf.pos_encoding}"
+        print(f"{run_name}: {n_params / 1e6:.2f}M params, {tokens_per_iter:,} tokens/iter, "
+              f"device {device} {dtype}, attn_impl {gptconf.attn_impl}")
+        if tc.wandb_log:
+            import wandb
+            wandb.init(project=tc.wandb_project, group=tc.wandb_group or None, name=run_name,
+                       config={**flat_cfg, "n_kv_head": gptconf.n_kv_head, "params": n_params,
+                               "kv_cache_bytes_per_token": kv_bytes})
+    log_mode = "a" if tc.init_from == "resume" else "w"
+    log_file = open(os.path.join(tc.out_dir, "log.jsonl"), log_mode) if master else None
+
+    # ---- training loop ----
+    X, Y = get_batch("train")
+    start_iter, t_start = iter_num, time.time()
+    train_time, train_tokens, window_t, window_iters = 0.0, 0, time.time(), 0
+    last_val = None
+    while True:
+        lr = get_lr(iter_num)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        is_eval = iter_num % tc.eval_interval == 0 or iter_num == tc.max_iters
+        if is_eval and master and not (checkpoint is not None and iter_num == start_iter):
+            t_eval = time.time()
+            losses = estimate_loss()
+            last_val = losses["val"]
+            best_val_loss = min(best_val_loss, losses["val"])
+            tps = train_tokens / train_time if train_time > 0 else 0.0
+            record = {"iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
+                      "tokens_per_sec": tps, "elapsed_s": time.time() - t_start}
+            print(f"eval {iter_num}: train {losses['train']:.4f}, val {losses['val']:.4f}")
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+            if wandb:
+                wandb.log(record, step=iter_num)
+            if iter_num > 0:
+                save_checkpoint()
+            window_t += time.time() - t_eval  # keep eval out of the ms/iter figure
+        if iter_num >= tc.max_iters or tc.eval_only:
+            break
+
+        t0 = time.time()
+        for micro in range(tc.gradient_accumulation_steps):
+            if ddp:  # sync gradients only on the last micro step
+                model.require_backward_grad_sync = micro == tc.gradient_accumulation_steps - 1
+            with autocast:
+                _, loss = model(X, Y)
+                loss = loss / tc.gradient_accumulation_steps
+            X, Y = get_batch("train")  # prefetch while the GPU works
+            scaler.scale(loss).backward()
+        if tc.grad_clip > 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        iter_num += 1
+        train_time += time.time() - t0
+        train_tokens += tokens_per_iter
+        window_iters += 1
+
+        if master and (iter_num % tc.log_interval == 0 or iter_num == tc.max_iters):
+            dt = (time.time() - window_t) / window_iters
+            mfu = raw_model.estimate_mfu(tokens_per_iter / dt, torch.device(device))
+            eta = dt * (tc.max_iters - iter_num)
+            print(f"iter {iter_num}/{tc.max_iters} | loss {loss.item() * tc.gradient_accumulation_steps:.4f} | "
+                  f"lr {lr:.2e} | {dt * 1000:.1f} ms/iter | {tokens_per_iter / dt:,.0f} tok/s | "
+                  f"mfu {'n/a' if mfu is None else f'{mfu:.1%}'} | eta {int(eta // 60)}m{int(eta % 60):02d}s")
+            window_t, window_iters = time.time(), 0
+
+    if master:
+        summary = {"attention": gptconf.attention, "pos_encoding": gptconf.pos_encoding,
+                   "n_kv_head": gptconf.n_kv_head, "params": n_params, "best_val_loss": best_val_loss,
+                   "final_val_loss": last_val, "iters": iter_num,
+                   "tokens_per_sec": train_tokens / train_time if train_time > 0 else 0.0,
+                   "peak_mem_bytes": peak_memory_bytes(device_type),
+                   "kv_cache_bytes_per_token": kv_bytes, "wall_s": time.time() - t_start,
+                   "device": device, "dtype": dtype, "dataset": tc.dataset}
+        with open(os.path.join(tc.out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        log_file.close()
+        if wandb:
+            wandb.summary.update(summary)
+            wandb.finish()
+    if ddp:
+        from torch.distributed import destroy_process_group
+        destroy_process_group()
+
+
+def peak_memory_bytes(device_type):
+    """Peak CUDA memory allocated, or on CPU the process's peak resident set size."""
+    if device_type == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+if __name__ == "__main__":
+    main()
