@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention import VARIANTS, build_attention
+from attention import VARIANTS, build_attention, variant_class
 from attention.base import ATTN_IMPLS
 
 POS_ENCODINGS = ("rope", "alibi", "learned", "none")
@@ -34,6 +34,21 @@ class GPTConfig:
     pos_encoding: str = "rope"    # rope | alibi | learned | none
     rope_base: float = 10000.0    # RoPE theta_i = rope_base^(-2i/d)
     attn_impl: str = "auto"       # auto (Triton on CUDA, else SDPA) | triton | sdpa | naive
+    # --- MLA (attention/mla.py), DeepSeek-V2 section 2.1 ---
+    q_lora_rank: int = 0          # query compression rank; 0 = a full query projection
+    kv_lora_rank: int = 0         # latent KV rank d_c; 0 = 4 * head_dim (the paper's ratio)
+    rope_head_dim: int = -1       # decoupled RoPE dim d_h^R; -1 = head_dim / 2 with rope, else 0
+    mla_decode: str = "absorbed"  # absorbed (cache only the latent) | expanded (cache per-head K/V)
+    # --- BigBird block-sparse (attention/sparse.py) ---
+    sparse_block: int = 16        # tokens per block
+    sparse_window: int = 3        # blocks back, including the diagonal block
+    sparse_global: int = 1        # first blocks every query attends to
+    sparse_random: int = 1        # random earlier blocks per query block
+    sparse_seed: int = 0          # seed of the random blocks (the layout is saved with the model)
+    # --- gated linear attention (attention/linear.py) ---
+    gla_gate: str = "data"        # data (GLA's data-dependent decay) | none (plain linear attention)
+    gla_feature_map: str = "identity"  # identity (GLA) | elu (elu + 1)
+    gla_chunk: int = 64           # chunk length of the chunked parallel form
 
     def __post_init__(self):
         self.validate()
@@ -56,7 +71,7 @@ class GPTConfig:
         if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
             raise ValueError(f"RoPE needs an even head dim, got {self.n_embd // self.n_head}; change n_embd or n_head")
         if self.n_kv_head == 0:
-            self.n_kv_head = {"mha": self.n_head, "mqa": 1}.get(self.attention, 0)
+            self.n_kv_head = 1 if self.attention == "mqa" else self.n_head
         if self.attention == "mha" and self.n_kv_head != self.n_head:
             raise ValueError(f"attention=mha means n_kv_head = n_head = {self.n_head}, got {self.n_kv_head}; use attention=gqa")
         if self.attention == "mqa" and self.n_kv_head != 1:
@@ -66,7 +81,7 @@ class GPTConfig:
                              f"got n_head={self.n_head} n_kv_head={self.n_kv_head}")
         if self.n_kv_head < 1 or self.n_head % self.n_kv_head:
             raise ValueError(f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}")
-        check = getattr(VARIANTS[self.attention], "check_config", None)
+        check = getattr(variant_class(self.attention), "check_config", None)
         if check is not None:  # a variant's own rules (allowed positions, its knobs)
             check(self)
 
