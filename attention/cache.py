@@ -1,12 +1,15 @@
 """Per-layer decoding caches. Each knows its absolute position and its allocated size.
 
-KVCache: preallocated keys and values of the KV heads only (so GQA/MQA cache less),
-sliding once full: the oldest entries drop out and the positions stay absolute, which
-RoPE and ALiBi need (their scores depend only on position differences).
+SlidingCache: preallocated buffers with time on dim -2, sliding once full: the oldest
+entries drop out and positions stay absolute, which RoPE and ALiBi need (their scores
+depend only on position differences).
 
-    k: (B, Hkv, max_len, Dk)     v: (B, Hkv, max_len, Dv)
-       [ oldest ... newest | free ]
-         <---- length ---->
+    buffer: (B, ..., max_len, D)   [ oldest ... newest | free ]
+                                     <---- length ---->
+
+KVCache (MHA/GQA/MQA, BigBird, MLA expanded): k (B, Hkv, max_len, Dk), v (B, Hkv, max_len, Dv)
+LatentCache (MLA absorbed): c_kv (B, max_len, kv_lora_rank), k_rope (B, max_len, rope_head_dim)
+StateCache (linear attention): a constant-size state, whatever the length.
 """
 import torch
 
@@ -25,31 +28,54 @@ class Cache:
         return sum(t.numel() for t in self.tensors())
 
 
-class KVCache(Cache):
-    def __init__(self, batch_size, n_kv_head, max_len, k_dim, v_dim, device, dtype):
-        self.k = torch.zeros(batch_size, n_kv_head, max_len, k_dim, device=device, dtype=dtype)
-        self.v = torch.zeros(batch_size, n_kv_head, max_len, v_dim, device=device, dtype=dtype)
+class SlidingCache(Cache):
+    def __init__(self, shapes, max_len, device, dtype):
+        """shapes: one (B, ..., D) shape per buffer; time (max_len) is inserted at dim -2."""
+        self.buffers = [torch.zeros(*s[:-1], max_len, s[-1], device=device, dtype=dtype) for s in shapes]
         self.max_len = max_len
         self.length = 0   # valid entries
         self.pos = 0      # absolute position of the next token
 
     def tensors(self):
-        return (self.k, self.v)
+        return self.buffers
 
-    def update(self, k_new, v_new):
-        """Append (B, Hkv, T, D) keys/values; return all valid keys, values and their positions."""
-        T = k_new.size(2)
+    def update(self, *new):
+        """Append one (B, ..., T, D) tensor per buffer; return the valid part of every
+        buffer followed by the positions (length,) of its entries."""
+        T = new[0].size(-2)
         if T > self.max_len:
             raise ValueError(f"cannot append {T} tokens to a cache of {self.max_len}")
         overflow = self.length + T - self.max_len
         if overflow > 0:  # slide: drop the oldest `overflow` entries
             keep = self.length - overflow
-            self.k[:, :, :keep] = self.k[:, :, overflow:self.length].clone()
-            self.v[:, :, :keep] = self.v[:, :, overflow:self.length].clone()
+            for buf in self.buffers:
+                buf[..., :keep, :] = buf[..., overflow:self.length, :].clone()
             self.length = keep
-        self.k[:, :, self.length:self.length + T] = k_new
-        self.v[:, :, self.length:self.length + T] = v_new
+        for buf, x in zip(self.buffers, new):
+            buf[..., self.length:self.length + T, :] = x
         self.length += T
         self.pos += T
-        k_pos = torch.arange(self.pos - self.length, self.pos, device=self.k.device)
-        return self.k[:, :, :self.length], self.v[:, :, :self.length], k_pos
+        positions = torch.arange(self.pos - self.length, self.pos, device=self.buffers[0].device)
+        return (*(buf[..., :self.length, :] for buf in self.buffers), positions)
+
+
+class KVCache(SlidingCache):
+    def __init__(self, batch_size, n_kv_head, max_len, k_dim, v_dim, device, dtype):
+        super().__init__([(batch_size, n_kv_head, k_dim), (batch_size, n_kv_head, v_dim)], max_len, device, dtype)
+
+
+class LatentCache(SlidingCache):
+    def __init__(self, batch_size, max_len, latent_dim, rope_dim, device, dtype):
+        shapes = [(batch_size, latent_dim)] + ([(batch_size, rope_dim)] if rope_dim > 0 else [])
+        super().__init__(shapes, max_len, device, dtype)
+
+
+class StateCache(Cache):
+    """A recurrent state (e.g. (B, H, Dk, Dv)) kept in fp32; `pos` counts tokens seen."""
+
+    def __init__(self, shape, device):
+        self.state = torch.zeros(*shape, device=device, dtype=torch.float32)
+        self.pos = 0
+
+    def tensors(self):
+        return (self.state,)
