@@ -1,0 +1,138 @@
+"""Benchmark attention variants side by side: training throughput, decoding speed with and
+without the cache, and the cache's size (measured from the allocated tensors and from the
+formula).
+
+    python bench.py                                   # every config/*.py variant
+    python bench.py config/gqa.py config/mla.py --json bench.json --context=256
+
+Each variant is built from its config file (the same keys as train.py), on random tokens.
+Numbers are medians over --repeats runs. A markdown table goes to stdout.
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from configurator import ConfigError, parse_config
+from model import GPT, GPTConfig
+from train import MODEL_KEYS, TRAIN_KEYS, TrainConfig
+
+
+def fail(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def median_time(fn, repeats):
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def cache_bytes(model, length, dtype):
+    return sum(c.nbytes() for c in model.init_caches(1, length, dtype=dtype))
+
+
+def bench_variant(path, args, device):
+    defaults = {**{k: getattr(TrainConfig, k) for k in TRAIN_KEYS}, **{k: getattr(GPTConfig, k) for k in MODEL_KEYS}}
+    cfg = parse_config([path, *args.overrides], {**TRAIN_KEYS, **MODEL_KEYS}, defaults)
+    config = GPTConfig(vocab_size=args.vocab_size, **{k: cfg[k] for k in MODEL_KEYS})
+    torch.manual_seed(0)
+    model = GPT(config).to(device)
+    B, T = cfg["batch_size"], config.block_size
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    # training: forward + backward + AdamW step on random tokens
+    opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), device.type)
+    x = torch.randint(0, args.vocab_size, (B, T), device=device)
+
+    def train_step():
+        _, loss = model(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+    train_step()  # warm up
+    train_tps = B * T / median_time(train_step, args.repeats)
+
+    # decoding: greedy, batch 1, after a prompt of --context tokens
+    model.eval()
+    # learned positions end at block_size; the others decode over any window (max_context)
+    n_new = args.decode_tokens
+    context = min(args.context, config.block_size - n_new) if config.pos_encoding == "learned" else args.context
+    if context < 1:
+        raise ValueError(f"block_size={config.block_size} leaves no room for a prompt and {n_new} new tokens")
+    prompt = torch.randint(0, args.vocab_size, (1, context), device=device)
+
+    def decode(use_cache):
+        def run():
+            for _ in model.generate_stream(prompt, n_new, temperature=0, use_cache=use_cache,
+                                           max_context=context + n_new):
+                pass
+            sync()
+        return run
+    decode(True)()
+    dec = n_new / median_time(decode(True), args.repeats)
+    dec_nc = n_new / median_time(decode(False), args.repeats)
+
+    # cache size: the slope of allocated bytes against length separates per-token from constant state
+    dtype = next(model.parameters()).dtype
+    b1, b2 = cache_bytes(model, 64, dtype), cache_bytes(model, 128, dtype)
+    per_token = (b2 - b1) / 64
+    return {"variant": os.path.splitext(os.path.basename(path))[0], "attention": config.attention,
+            "pos_encoding": config.pos_encoding, "params": model.num_params(),
+            "train_tokens_per_sec": train_tps, "decode_tokens_per_sec": dec,
+            "decode_tokens_per_sec_no_cache": dec_nc, "decode_context": context,
+            "kv_cache_bytes_per_token": per_token,
+            "kv_cache_bytes_per_token_formula": model.cache_elems_per_token() * dtype.itemsize,
+            "cache_constant_bytes": b1 - per_token * 64, "device": str(device)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("configs", nargs="*", help="config files (default: every variant in config/)")
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--context", type=int, default=256, help="prompt length before decoding (capped by the window)")
+    ap.add_argument("--decode_tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--vocab_size", type=int, default=65)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="--key=value",
+                    help="override applied to every config, e.g. --set=--block_size=512")
+    args = ap.parse_args()
+    configs = args.configs or sorted(p for p in glob.glob("config/*.py") if "base" not in p and "gpt2" not in p)
+    for p in configs:
+        if not os.path.isfile(p):
+            fail(f"config file {p} not found")
+    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    rows = []
+    for path in configs:
+        try:
+            rows.append(bench_variant(path, args, device))
+        except (ConfigError, ValueError) as e:
+            fail(f"{path}: {e}")
+        print(f"done {path}", file=sys.stderr)
+    print(f"| variant | params | train tok/s | decode tok/s (cache) | decode tok/s (no cache) | "
+          f"cache B/token (measured) | cache B/token (formula) | constant state B |\n|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['variant']} ({r['attention']}, {r['pos_encoding']}) | {r['params'] / 1e6:.2f}M | "
+              f"{r['train_tokens_per_sec']:,.0f} | {r['decode_tokens_per_sec']:,.1f} | "
+              f"{r['decode_tokens_per_sec_no_cache']:,.1f} | {r['kv_cache_bytes_per_token']:,.0f} | "
+              f"{r['kv_cache_bytes_per_token_formula']:,.0f} | {r['cache_constant_bytes']:,.0f} |")
+    print(f"\ndevice {device}, decode after a {rows[0]['decode_context'] if rows else 0}-token prompt, "
+          f"medians of {args.repeats}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
