@@ -177,9 +177,14 @@ class GPT(nn.Module):
         return sum(b.attn.cache_elems_per_token() for b in self.h)
 
     def context_window(self, max_context=None) -> int:
-        """How many tokens decoding keeps: learned positions end at block_size; RoPE, ALiBi
-        and no positions slide a cache of max_context (default block_size) tokens."""
-        if self.config.pos_encoding == "learned":
+        """How many tokens decoding keeps: learned positions end at block_size, and so do
+        variants whose pattern is defined on block_size (attribute `context_within_block_size`);
+        RoPE, ALiBi and no positions slide a cache of max_context (default block_size) tokens."""
+        limited = self.wpe is not None or any(getattr(b.attn, "context_within_block_size", False) for b in self.h)
+        if limited and max_context and max_context > self.config.block_size:
+            why = "learned positions stop" if self.wpe is not None else f"attention={self.config.attention} is defined up to"
+            raise ValueError(f"{why} at block_size={self.config.block_size}; lower max_context to at most that")
+        if self.wpe is not None:
             return self.config.block_size
         return max_context or self.config.block_size
 

@@ -76,9 +76,11 @@ def main(argv=None):
         prompt = tokenizer.encode(start)
     except (TokenizerError, ValueError) as e:
         fail(str(e))
-    if config.pos_encoding == "learned" and args.max_context > config.block_size:
-        fail(f"learned positions stop at block_size={config.block_size}; lower --max_context")
     model = GPT(config)
+    try:
+        model.context_window(args.max_context or None)
+    except ValueError as e:
+        fail(f"{e} (--max_context)")
     model.load_state_dict(ckpt["model"])
     model.eval().to(device)
 

@@ -17,7 +17,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention.positional import alibi_bias
+from attention.cache import KVCache
+from attention.positional import alibi_bias, alibi_slopes, apply_rope, rope_cos_sin
 
 ATTN_IMPLS = ("auto", "triton", "sdpa", "naive")
 
@@ -33,6 +34,58 @@ class Attention(nn.Module):
 
     def cache_elems_per_token(self) -> int:
         raise NotImplementedError
+
+
+class QKVAttention(Attention):
+    """Shared by the variants that project x to per-head q and per-KV-head k, v (MHA family,
+    BigBird): the fused projection, positions (RoPE on q/k, ALiBi slopes), the output
+    projection and a K/V cache. Subclasses write forward() from project() and output().
+
+        x (B,T,C) --c_attn--> [ q: n_head*D | k: n_kv_head*D | v: n_kv_head*D ]
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = config.n_embd // config.n_head
+        self.c_attn = nn.Linear(config.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=config.bias)
+        self.c_proj = nn.Linear(self.n_head * self.head_dim, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout
+        self.pos_encoding, self.rope_base = config.pos_encoding, config.rope_base
+        self.attn_impl = config.attn_impl
+        if config.pos_encoding == "alibi":
+            self.register_buffer("alibi_slopes", alibi_slopes(self.n_head), persistent=False)
+        else:
+            self.alibi_slopes = None
+
+    def project(self, x, pos):
+        """x (B, T, C) -> q (B, H, T, D), k, v (B, Hkv, T, D), RoPE applied at `pos`."""
+        B, T, _ = x.shape
+        D = self.head_dim
+        q, k, v = self.c_attn(x).split([self.n_head * D, self.n_kv_head * D, self.n_kv_head * D], dim=-1)
+        q = q.view(B, T, self.n_head, D).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_head, D).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_head, D).transpose(1, 2)
+        if self.pos_encoding == "rope":
+            cos, sin = rope_cos_sin(pos, D, self.rope_base)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return q, k, v
+
+    def output(self, y):
+        """y (B, H, T, D) -> (B, T, C)."""
+        B, H, T, D = y.shape
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, H * D)))
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.training else 0.0
+
+    def init_cache(self, batch_size, max_len, device, dtype):
+        return KVCache(batch_size, self.n_kv_head, max_len, self.head_dim, self.head_dim, device, dtype)
+
+    def cache_elems_per_token(self) -> int:
+        return 2 * self.n_kv_head * self.head_dim
 
 
 _warned_interpreter = False

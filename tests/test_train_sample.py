@@ -63,14 +63,14 @@ def test_greedy_sample_same_with_and_without_cache(data_root, tmp_path, capsys, 
                           f"--n_kv_head={ATTENTIONS[attention]}", f"--pos_encoding={pos_encoding}"))
     capsys.readouterr()
     for mode in (["--temperature=0"], ["--temperature=1.0", "--seed=7"]):  # greedy, then seeded sampling
-        common = [f"--out_dir={out}", "--max_new_tokens=28", "--start=ROMEO:", "--num_samples=2", *mode]
+        common = [f"--out_dir={out}", "--max_new_tokens=26", "--start=ROMEO:", "--num_samples=2", *mode]
         sample.main(common)
         cached = capsys.readouterr().out
         sample.main(common + ["--no_cache"])
         uncached = capsys.readouterr().out
         assert cached == uncached
         assert cached.startswith("ROMEO:") and cached.count("---------------") == 2
-    assert len(set(cached[6:34])) >= 3  # sampled text varies, so the comparison has teeth
+    assert len(set(cached[6:32])) >= 3  # sampled text varies, so the comparison has teeth
 
 
 @pytest.mark.parametrize("args,words", [

@@ -1,0 +1,53 @@
+"""Plain-PyTorch fp32 references that the Triton kernels are tested against.
+
+Written independently of the kernels: explicit score matrix, additive bias, boolean mask, softmax.
+Slow and memory hungry (O(T^2)), meant for tests and small checks only.
+"""
+import math
+
+import torch
+
+
+def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
+                        return_lse=False, *, block_size=64):
+    """Reference for kernels.flash_attn.flash_attention, same conventions.
+
+    q (B, H, Tq, Dqk), k (B, Hkv, Tk, Dqk), v (B, Hkv, Tk, Dv), H a multiple of Hkv.
+    - causal: bottom-right aligned, query i sees key j iff j <= i + Tk - Tq.
+    - alibi_slopes (H,): bias = slope[h] * (j - (i + Tk - Tq)) for all pairs.
+    - block_layout (nq, nk) or (H, nq, nk) at granularity block_size tokens (cropped to the
+      sequence lengths): key j is visible to query i only if layout[.., i // bs, j // bs].
+    - A query row with no visible key gets output 0 (and lse = -inf).
+    Computes in fp32 and returns o in q's dtype; lse (B, H, Tq) fp32 when return_lse.
+    Differentiable in q, k, v.
+    """
+    B, H, Tq, Dqk = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(Dqk)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    if Hkv != H:  # GQA/MQA: query head h reads KV head h // (H // Hkv)
+        kf = kf.repeat_interleave(H // Hkv, dim=1)
+        vf = vf.repeat_interleave(H // Hkv, dim=1)
+    scores = torch.matmul(qf, kf.transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
+
+    i_abs = torch.arange(Tq, device=q.device)[:, None] + (Tk - Tq)  # query positions, bottom-right
+    j = torch.arange(Tk, device=q.device)[None, :]
+    if alibi_slopes is not None:
+        rel = (j - i_abs).float()  # (Tq, Tk)
+        scores = scores + alibi_slopes.float().to(q.device).view(1, H, 1, 1) * rel
+
+    visible = torch.ones(1, 1, Tq, Tk, dtype=torch.bool, device=q.device)
+    if causal:
+        visible = visible & (j <= i_abs)
+    if block_layout is not None:
+        lay = block_layout.to(device=q.device, dtype=torch.bool)
+        lay = lay if lay.dim() == 3 else lay[None]
+        tok = lay.repeat_interleave(block_size, dim=1).repeat_interleave(block_size, dim=2)
+        visible = visible & tok[:, :Tq, :Tk][None]
+    scores = scores.masked_fill(~visible, float("-inf"))
+
+    lse = torch.logsumexp(scores, dim=-1)  # -inf where the row sees nothing
+    has_key = visible.any(dim=-1, keepdim=True)  # (1 or B, 1 or H, Tq, 1)
+    probs = torch.softmax(scores.masked_fill(~has_key, 0.0), dim=-1) * has_key
+    o = torch.matmul(probs, vf).to(q.dtype)
+    return (o, lse) if return_lse else o

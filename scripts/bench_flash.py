@@ -1,0 +1,162 @@
+"""Benchmark the Triton FlashAttention-2 kernel against PyTorch SDPA (flash backend).
+
+    python scripts/bench_flash.py --out bench_flash.md [--json bench_flash.json] [--quick]
+
+Times forward and backward separately (triton.testing.do_bench, median) at B=4, H=32, bf16,
+T in {1024, ..., 16384}, d in {64, 128}, causal and not, and reports TFLOP/s with
+FLOPs = 4*B*H*Tq*Tk*d forward (halved when causal) and 2.5x that for the backward.
+Backward time = one o.backward(dO) on a retained graph (forward not included).
+--quick runs tiny shapes (on CPU under TRITON_INTERPRET=1) to smoke-test the script itself.
+A config that fails is reported in the table and the run goes on; configs past --budget_s
+seconds are skipped (and listed), so the script always finishes with a table.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+if not torch.cuda.is_available():  # CPU smoke test: the kernels only run under the interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch.nn.functional as F  # noqa: E402
+
+from kernels.flash_attn import flash_attention  # noqa: E402
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="bench_flash.md", help="markdown table output")
+    p.add_argument("--json", default=None, help="also write the results as JSON")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, smoke test (works on CPU)")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--seqlens", type=str, default="1024,2048,4096,8192,16384")
+    p.add_argument("--head_dims", type=str, default="64,128")
+    p.add_argument("--budget_s", type=float, default=420.0, help="skip remaining configs after this")
+    return p.parse_args()
+
+
+def timer(fn, device):
+    """Median milliseconds of fn()."""
+    if device == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def sdpa_flash(q, k, v, causal):
+    if q.is_cuda:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def bench_one(impl, B, H, T, d, causal, dtype, device):
+    """(fwd_ms, bwd_ms) of one implementation at one shape."""
+    fn = (lambda q, k, v: flash_attention(q, k, v, causal=causal)) if impl == "triton" else \
+        (lambda q, k, v: sdpa_flash(q, k, v, causal))
+    q, k, v = (torch.randn(B, H, T, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, H, T, d, device=device, dtype=dtype)
+    fwd_ms = timer(lambda: fn(q, k, v), device)
+    o = fn(q, k, v)
+
+    def bwd():
+        q.grad = k.grad = v.grad = None
+        o.backward(do, retain_graph=True)
+    bwd_ms = timer(bwd, device)
+    del q, k, v, do, o
+    return fwd_ms, bwd_ms
+
+
+def main():
+    args = parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.quick:
+        B, H, seqlens, dims, dtype = 1, 2, [64, 128], [64], torch.float32
+    else:
+        B, H = args.batch, args.heads
+        seqlens = [int(x) for x in args.seqlens.split(",")]
+        dims = [int(x) for x in args.head_dims.split(",")]
+        dtype = torch.bfloat16
+    if device == "cpu" and not args.quick:
+        sys.exit("bench_flash.py: no CUDA device; use --quick for a CPU smoke test")
+    dev_name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)"
+    t_start = time.time()
+    rows, skipped = [], []
+    for T in seqlens:
+        for d in dims:
+            for causal in (False, True):
+                if time.time() - t_start > args.budget_s:
+                    skipped.append(f"T={T} d={d} causal={causal}")
+                    continue
+                flops_fwd = 4 * B * H * T * T * d / (2 if causal else 1)
+                row = dict(B=B, H=H, T=T, d=d, causal=causal, dtype=str(dtype).replace("torch.", ""))
+                for impl in ("triton", "sdpa"):
+                    try:
+                        fwd_ms, bwd_ms = bench_one(impl, B, H, T, d, causal, dtype, device)
+                        row[impl] = dict(fwd_ms=fwd_ms, bwd_ms=bwd_ms,
+                                         fwd_tflops=flops_fwd / fwd_ms * 1e-9,
+                                         bwd_tflops=2.5 * flops_fwd / bwd_ms * 1e-9)
+                    except Exception as e:  # report and go on: one bad config must not end the run
+                        traceback.print_exc()
+                        row[impl] = dict(error=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                    if device == "cuda":
+                        torch.cuda.empty_cache()
+                rows.append(row)
+                print(format_row(row), flush=True)
+
+    table = format_table(rows, dev_name, skipped, time.time() - t_start)
+    print(table)
+    with open(args.out, "w") as f:
+        f.write(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=dev_name, torch=torch.__version__, rows=rows, skipped=skipped), f, indent=1)
+
+
+def _cell(r, key, fmt):
+    return "error" if "error" in r else fmt.format(r[key])
+
+
+def format_row(row):
+    t, s = row["triton"], row["sdpa"]
+    return (f"| {row['B']} | {row['T']} | {row['d']} | {'yes' if row['causal'] else 'no'} "
+            f"| {_cell(t, 'fwd_tflops', '{:.1f}')} | {_cell(s, 'fwd_tflops', '{:.1f}')} "
+            f"| {_cell(t, 'bwd_tflops', '{:.1f}')} | {_cell(s, 'bwd_tflops', '{:.1f}')} "
+            f"| {_cell(t, 'fwd_ms', '{:.3f}')} / {_cell(s, 'fwd_ms', '{:.3f}')} "
+            f"| {_cell(t, 'bwd_ms', '{:.3f}')} / {_cell(s, 'bwd_ms', '{:.3f}')} |")
+
+
+def format_table(rows, dev_name, skipped, wall_s):
+    lines = [f"# FlashAttention-2 (Triton) vs SDPA flash backend on {dev_name}", "",
+             f"H={rows[0]['H'] if rows else '-'}, dtype {rows[0]['dtype'] if rows else '-'}; TFLOP/s with "
+             "FLOPs = 4*B*H*T^2*d forward (halved when causal), 2.5x for backward. Median of "
+             f"triton.testing.do_bench. Wall time {wall_s:.0f} s.", "",
+             "| B | T | d | causal | fwd TFLOP/s triton | fwd TFLOP/s sdpa | bwd TFLOP/s triton "
+             "| bwd TFLOP/s sdpa | fwd ms triton / sdpa | bwd ms triton / sdpa |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [format_row(r) for r in rows]
+    for r in rows:
+        for impl in ("triton", "sdpa"):
+            if "error" in r[impl]:
+                lines.append(f"\n{impl} T={r['T']} d={r['d']} causal={r['causal']}: {r[impl]['error']}")
+    if skipped:
+        lines.append(f"\nSkipped past the time budget: {', '.join(skipped)}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

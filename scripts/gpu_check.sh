@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One-command check of the Triton FlashAttention kernel on a CUDA machine:
+#   1. python -m pytest tests/kernels  (the CUDA bf16/fp16 tests run there, fp32 ones natively)
+#   2. python scripts/bench_flash.py   (fwd/bwd TFLOP/s vs SDPA flash backend, markdown + JSON)
+# Usage: scripts/gpu_check.sh [OUT_DIR]    (default: $OUT when set, else ./out_gpu_check)
+# Both steps always run; the exit status is non-zero if either failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR="${1:-${OUT:-out_gpu_check}}"
+mkdir -p "$OUT_DIR"
+unset TRITON_INTERPRET  # compiled kernels, not the interpreter
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available())"
+} 2>&1 | tee "$OUT_DIR/env.txt"
+
+echo "== pytest tests/kernels"
+python -m pytest tests/kernels -q -rs 2>&1 | tee "$OUT_DIR/pytest_kernels.txt"
+tests_rc=${PIPESTATUS[0]}
+
+echo "== bench_flash.py"
+python scripts/bench_flash.py --out "$OUT_DIR/bench_flash.md" --json "$OUT_DIR/bench_flash.json" \
+    2>&1 | tee "$OUT_DIR/bench_flash.log"
+bench_rc=${PIPESTATUS[0]}
+
+echo "pytest exit $tests_rc, bench exit $bench_rc; results in $OUT_DIR"
+[ "$tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
