@@ -68,7 +68,7 @@ class GPTConfig:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
+        if self.pos_encoding == "rope" and self.attention != "mla" and (self.n_embd // self.n_head) % 2:
             raise ValueError(f"RoPE needs an even head dim, got {self.n_embd // self.n_head}; change n_embd or n_head")
         if self.n_kv_head == 0:
             self.n_kv_head = 1 if self.attention == "mqa" else self.n_head

@@ -141,9 +141,19 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
         mask = allowed
     else:  # additive float mask carrying both ALiBi and causality
         mask = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
+    B, H, Tq, _ = q.shape
+    Hkv = k.size(1)
+    if H != Hkv and mask is not None:
+        # SDPA's enable_gqa copies each KV head once per query head (on CPU), which dominates
+        # a decoding step. Instead fold the G query heads of a KV head onto the query axis:
+        #   q (B, H, Tq, D) -> (B, Hkv, G*Tq, D);  mask (Tq, Tk) -> (G*Tq, Tk), (H, Tq, Tk) -> (Hkv, G*Tq, Tk)
+        G = H // Hkv
+        mask = mask.repeat(G, 1) if mask.dim() == 2 else mask.reshape(Hkv, G * Tq, -1)
+        out = F.scaled_dot_product_attention(q.reshape(B, Hkv, G * Tq, -1), k, v, attn_mask=mask,
+                                             dropout_p=dropout_p, scale=scale)
+        return out.view(B, H, Tq, -1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                          is_causal=plain_causal, scale=scale,
-                                          enable_gqa=q.size(1) != k.size(1))
+                                          is_causal=plain_causal, scale=scale, enable_gqa=H != Hkv)
 
 
 def _naive_attention(q, k, v, allowed, bias, scale, dropout_p):

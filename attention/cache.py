@@ -8,7 +8,7 @@ depend only on position differences).
                                      <---- length ---->
 
 KVCache (MHA/GQA/MQA, BigBird, MLA expanded): k (B, Hkv, max_len, Dk), v (B, Hkv, max_len, Dv)
-LatentCache (MLA absorbed): c_kv (B, max_len, kv_lora_rank), k_rope (B, max_len, rope_head_dim)
+LatentCache (MLA absorbed): rows [c_kv | k_rope] (B, max_len, kv_lora_rank + rope_head_dim)
 StateCache (linear attention): a constant-size state, whatever the length.
 """
 import torch
@@ -65,9 +65,10 @@ class KVCache(SlidingCache):
 
 
 class LatentCache(SlidingCache):
-    def __init__(self, batch_size, max_len, latent_dim, rope_dim, device, dtype):
-        shapes = [(batch_size, latent_dim)] + ([(batch_size, rope_dim)] if rope_dim > 0 else [])
-        super().__init__(shapes, max_len, device, dtype)
+    """One packed buffer of rows [c_kv | k_rope], so that attention reads the key as a view."""
+
+    def __init__(self, batch_size, max_len, row_dim, device, dtype):
+        super().__init__([(batch_size, row_dim)], max_len, device, dtype)
 
 
 class StateCache(Cache):

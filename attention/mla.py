@@ -1,0 +1,204 @@
+"""Multi-head Latent Attention (DeepSeek-V2, arXiv:2405.04434, section 2.1).
+
+Keys and values come from one small latent per token, c_kv (d_c = kv_lora_rank), plus one
+RoPE key k_rope (d_r = rope_head_dim) shared by all heads. Decoding caches only those
+d_c + d_r numbers per token per layer, instead of MHA's 2 * n_head * d_h.
+
+Paper name -> module here (H heads, d_h = n_embd / H, C = n_embd):
+
+    queries   W_DQ -> q_down (C -> q_lora_rank), q_norm (RMSNorm), then W_UQ and W_QR together
+              -> q_up (q_lora_rank -> H*(d_h+d_r)); with q_lora_rank = 0, one q_proj (C -> H*(d_h+d_r))
+    keys/vals W_DKV and W_KR together -> kv_down (C -> d_c + d_r), kv_norm (RMSNorm on c_kv),
+              W_UK -> k_up (d_c -> H*d_h), W_UV -> v_up (d_c -> H*d_h), W_O -> c_proj
+
+          x (B,T,C)
+          |--- q_proj / q_down,q_norm,q_up --> per head [ q_nope (d_h) | q_rope (d_r) ]  (RoPE on q_rope)
+          '--- kv_down --> [ c_kv (d_c) | k_rope (d_r) ]    c_kv -> kv_norm, k_rope -> RoPE
+                              |              '-- one per token, shared by every head
+                              +-- k_up --> k_nope_h (d_h)
+                              '-- v_up --> v_h      (d_h)
+
+    score_h(i, j) = (q_nope_h,i . k_nope_h,j + q_rope_h,i . k_rope_j) / sqrt(d_h + d_r)
+
+Two ways to compute the same thing:
+
+  expanded (training; decoding with mla_decode="expanded"): per-head keys and values,
+      q = [q_nope | q_rope] (B,H,T,d_h+d_r)   k = [k_nope | k_rope, broadcast] (B,H,T,d_h+d_r)
+      v (B,H,T,d_h); a decoding cache (KVCache) then holds H*(2*d_h + d_r) per token.
+
+  absorbed (decoding with mla_decode="absorbed", the default): W_UK moves into the query and
+      W_UV into the output, so attention runs on the cached latent itself:
+          q_nope_h . (W_UK_h c_j) = (W_UK_h^T q_nope_h) . c_j = q_lat_h . c_j
+          sum_j p_j (W_UV_h c_j)  = W_UV_h (sum_j p_j c_j)
+      one `attend` call with a single shared KV "head" (MQA-like):
+          q' = [q_lat | q_rope] (B,H,T,d_c+d_r)   k' = [c_kv | k_rope] (B,1,Tk,d_c+d_r)
+          v' = c_kv (B,1,Tk,d_c)                   scale stays 1/sqrt(d_h + d_r)
+      and the cache (LatentCache) holds only c_kv and k_rope: d_c + d_r per token.
+
+k_up and v_up have no bias (as in DeepSeek-V2), so absorbing them is a plain matrix
+product. Position encodings: rope uses the decoupled RoPE key; alibi, learned and none
+use rope_head_dim = 0 (ALiBi's bias depends only on positions, so absorption leaves it
+alone).
+"""
+import math
+
+import torch
+import torch.nn as nn
+
+from attention.base import Attention, attend, resolve_impl
+from attention.cache import KVCache, LatentCache
+from attention.positional import alibi_slopes, apply_rope, rope_cos_sin
+
+DECODE_MODES = ("absorbed", "expanded")
+TRITON_MAX_HEAD_DIM = 256   # kernels/flash_attn.py refuses larger head dims
+NORM_EPS = 1e-6             # DeepSeek-V2's RMSNorm epsilon
+
+
+class MultiHeadLatentAttention(Attention):
+    @classmethod
+    def check_config(cls, config):
+        """Validate the MLA keys (one-line ValueError) and fill their defaults in place:
+        kv_lora_rank 0 -> 4*d_h, rope_head_dim -1 -> d_h/2 with rope (else 0), the paper's ratios."""
+        d_h = config.n_embd // config.n_head
+        if config.n_kv_head != config.n_head:
+            raise ValueError(f"attention=mla has no KV heads to share (got n_kv_head={config.n_kv_head}); "
+                             f"leave n_kv_head unset")
+        if config.mla_decode not in DECODE_MODES:
+            raise ValueError(f"unknown mla_decode={config.mla_decode!r}; choose one of {', '.join(DECODE_MODES)}")
+        if config.q_lora_rank < 0:
+            raise ValueError(f"q_lora_rank={config.q_lora_rank} must be >= 0 (0 = a full query projection)")
+        if config.kv_lora_rank < 0:
+            raise ValueError(f"kv_lora_rank={config.kv_lora_rank} must be >= 0 (0 = 4*head_dim = {4 * d_h})")
+        if config.kv_lora_rank == 0:
+            config.kv_lora_rank = 4 * d_h
+        rope = config.pos_encoding == "rope"
+        if config.rope_head_dim < -1:
+            raise ValueError(f"rope_head_dim={config.rope_head_dim} must be -1 (default), 0, or even and > 0 "
+                             f"with pos_encoding=rope")
+        if config.rope_head_dim == -1:
+            # d_h/2, rounded down to even (RoPE rotates pairs), at least one pair
+            config.rope_head_dim = max(2, d_h // 4 * 2) if rope else 0
+        if rope and (config.rope_head_dim <= 0 or config.rope_head_dim % 2):
+            raise ValueError(f"rope_head_dim={config.rope_head_dim} must be even and > 0 with pos_encoding=rope "
+                             f"(-1 = head_dim/2)")
+        if not rope and config.rope_head_dim != 0:
+            raise ValueError(f"rope_head_dim={config.rope_head_dim} needs pos_encoding=rope; "
+                             f"use 0 (or -1) with pos_encoding={config.pos_encoding}")
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        C, H = config.n_embd, config.n_head
+        self.n_head, self.head_dim = H, C // H
+        self.kv_lora_rank, self.rope_head_dim = config.kv_lora_rank, config.rope_head_dim
+        self.q_lora_rank, self.mla_decode = config.q_lora_rank, config.mla_decode
+        d_h, d_c, d_r = self.head_dim, self.kv_lora_rank, self.rope_head_dim
+        if self.q_lora_rank > 0:
+            self.q_down = nn.Linear(C, self.q_lora_rank, bias=config.bias)
+            self.q_norm = nn.RMSNorm(self.q_lora_rank, eps=NORM_EPS)
+            self.q_up = nn.Linear(self.q_lora_rank, H * (d_h + d_r), bias=config.bias)
+        else:
+            self.q_proj = nn.Linear(C, H * (d_h + d_r), bias=config.bias)
+        self.kv_down = nn.Linear(C, d_c + d_r, bias=config.bias)
+        self.kv_norm = nn.RMSNorm(d_c, eps=NORM_EPS)
+        self.k_up = nn.Linear(d_c, H * d_h, bias=False)
+        self.v_up = nn.Linear(d_c, H * d_h, bias=False)
+        self.c_proj = nn.Linear(H * d_h, C, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout
+        # The paper's scale: the score is a dot product over d_h + d_r dims, whichever form computes it.
+        self.scale = 1.0 / math.sqrt(d_h + d_r)
+        self.pos_encoding, self.rope_base = config.pos_encoding, config.rope_base
+        self.attn_impl = config.attn_impl
+        if config.pos_encoding == "alibi":
+            self.register_buffer("alibi_slopes", alibi_slopes(H), persistent=False)
+        else:
+            self.alibi_slopes = None
+
+    # ---- the pieces both forms share ----
+    def _queries(self, x, pos):
+        """x (B,T,C) -> q_nope (B,H,T,d_h), q_rope (B,H,T,d_r) with RoPE applied."""
+        B, T, _ = x.shape
+        q = self.q_up(self.q_norm(self.q_down(x))) if self.q_lora_rank > 0 else self.q_proj(x)
+        q = q.view(B, T, self.n_head, self.head_dim + self.rope_head_dim).transpose(1, 2)
+        q_nope, q_rope = q.split([self.head_dim, self.rope_head_dim], dim=-1)
+        if self.rope_head_dim:
+            q_rope = apply_rope(q_rope, *rope_cos_sin(pos, self.rope_head_dim, self.rope_base))
+        return q_nope, q_rope
+
+    def _latent(self, x, pos):
+        """x (B,T,C) -> c_kv (B,T,d_c) normalized, k_rope (B,T,d_r) with RoPE applied: what the
+        absorbed cache stores. RoPE goes on before caching, at the token's absolute position."""
+        c_kv, k_rope = self.kv_down(x).split([self.kv_lora_rank, self.rope_head_dim], dim=-1)
+        if self.rope_head_dim:
+            k_rope = apply_rope(k_rope, *rope_cos_sin(pos, self.rope_head_dim, self.rope_base))
+        return self.kv_norm(c_kv), k_rope
+
+    def _impl(self, device, qk_dim):
+        # The Triton kernel stops at head dim 256; the absorbed form attends over d_c + d_r dims
+        # (288 at the paper's ratios with d_h = 64), so such calls take PyTorch's SDPA instead.
+        impl = resolve_impl(self.attn_impl, device)
+        return "sdpa" if impl == "triton" and qk_dim > TRITON_MAX_HEAD_DIM else impl
+
+    def forward(self, x, pos, cache=None):
+        B, T, _ = x.shape
+        q_nope, q_rope = self._queries(x, pos)
+        c_kv, k_rope = self._latent(x, pos)
+        if cache is not None and self.mla_decode == "absorbed":
+            y = self._absorbed(q_nope, q_rope, c_kv, k_rope, pos, cache)
+        else:
+            y = self._expanded(q_nope, q_rope, c_kv, k_rope, pos, cache)
+        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)
+        return self.resid_dropout(self.c_proj(y))
+
+    def _expanded(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
+        """Per-head keys and values (training, and decoding with a KVCache). Returns (B,H,T,d_h)."""
+        B, H, T, d_h = q_nope.shape
+        k_nope = self.k_up(c_kv).view(B, T, H, d_h).transpose(1, 2)      # (B,H,T,d_h)
+        v = self.v_up(c_kv).view(B, T, H, d_h).transpose(1, 2)           # (B,H,T,d_h)
+        q = torch.cat([q_nope, q_rope], dim=-1)                          # (B,H,T,d_h+d_r)
+        k = torch.cat([k_nope, k_rope[:, None].expand(B, H, T, self.rope_head_dim)], dim=-1)
+        k_pos = pos
+        if cache is not None:
+            k, v, k_pos = cache.update(k, v)
+        return attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
+                      dropout_p=self.dropout if self.training else 0.0,
+                      impl=self._impl(q.device, q.size(-1)))
+
+    def _absorbed(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
+        """Attention on the cached latent (LatentCache). Returns (B,H,T,d_h).
+
+            cache rows        [ c_kv (d_c) | k_rope (d_r) ]  one row per token, one buffer
+            q' = [ q_nope_h W_UK_h | q_rope_h ]     (B, H, T,  d_c + d_r)
+            k' = the cache rows                     (B, 1, Tk, d_c + d_r)   one "KV head" for all H
+            v' = their c_kv part                    (B, 1, Tk, d_c)
+            attend -> a_h (B,H,T,d_c) = sum_j p_hj c_j  -> out_h = W_UV_h a_h (B,H,T,d_h)
+
+        Speed note: on CPU (torch 2.13) both of attend's PyTorch paths copy the one KV head
+        for every query head (SDPA's enable_gqa repeats it; the naive path's broadcast matmul
+        expands it), which costs more than the attention itself at long contexts; see
+        scripts/bench_mla.py.
+        """
+        H, d_h, d_c = self.n_head, self.head_dim, self.kv_lora_rank
+        w_uk = self.k_up.weight.view(H, d_h, d_c)                        # rows of head h: W_UK_h (d_h, d_c)
+        w_uv = self.v_up.weight.view(H, d_h, d_c)
+        q = torch.cat([torch.einsum("bhtd,hdc->bhtc", q_nope, w_uk), q_rope], dim=-1)   # (B,H,T,d_c+d_r)
+        latent, k_pos = cache.update(torch.cat([c_kv, k_rope], dim=-1))  # (B,Tk,d_c+d_r), (Tk,)
+        k, v = latent[:, None], latent[:, None, :, :d_c]                 # views of the cache, no copy
+        a = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
+                   dropout_p=self.dropout if self.training else 0.0,
+                   impl=self._impl(q.device, q.size(-1)))                # (B,H,T,d_c)
+        return torch.einsum("bhtc,hdc->bhtd", a, w_uv)
+
+    # ---- decoding caches ----
+    def init_cache(self, batch_size, max_len, device, dtype):
+        if self.mla_decode == "absorbed":
+            # One buffer of [c_kv | k_rope] rows (still d_c + d_r per token): the key k' of
+            # `_absorbed` is then a view of the cache instead of a concatenation every step.
+            return LatentCache(batch_size, max_len, self.kv_lora_rank + self.rope_head_dim, device, dtype)
+        return KVCache(batch_size, self.n_head, max_len, self.head_dim + self.rope_head_dim, self.head_dim,
+                       device, dtype)
+
+    def cache_elems_per_token(self) -> int:
+        if self.mla_decode == "absorbed":
+            return self.kv_lora_rank + self.rope_head_dim
+        return self.n_head * (2 * self.head_dim + self.rope_head_dim)

@@ -1,0 +1,154 @@
+"""What MLA's latent cache saves and costs: cache size, decode speed, and val loss of finished runs.
+
+    python scripts/bench_mla.py                       # cache table + decode table (a few minutes on CPU)
+    python scripts/bench_mla.py --quick               # smoke test: short contexts, one repeat
+    python scripts/bench_mla.py --runs /tmp/mla /tmp/mha /tmp/gqa --skip_decode   # val-loss table
+
+1. Cache per token per layer, measured from the allocated cache tensors (numel / (B * max_len *
+   n_layer)) next to each variant's formula, at n_head=12, d_h=64 (GPT-2 small's attention shape):
+   MHA, GQA (n_kv_head=2), MQA, MLA absorbed (latent cache) and MLA expanded (per-head K/V).
+2. Decode tokens/s at several context lengths (batch 1, n_layer=2, n_embd=384, n_head=6 by default):
+   prefill `context` random tokens into fresh caches (untimed), then time `--steps` one-token
+   steps; the median over `--repeats` runs. `--impls sdpa,naive` times both of `attend`'s
+   PyTorch paths (sdpa is what attn_impl=auto picks off CUDA).
+3. With --runs: one row per training run directory (summary.json + ckpt.pt's train config).
+
+Prints markdown tables on stdout; progress goes to stderr.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from attention import build_attention  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
+
+# name -> GPTConfig overrides
+VARIANTS = {
+    "MHA": dict(attention="mha"),
+    "GQA (n_kv_head=2)": dict(attention="gqa", n_kv_head=2),
+    "MQA": dict(attention="mqa"),
+    "MLA absorbed": dict(attention="mla", mla_decode="absorbed"),
+    "MLA expanded": dict(attention="mla", mla_decode="expanded"),
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--contexts", default="256,1024,4096")
+    p.add_argument("--steps", type=int, default=32, help="timed one-token decode steps")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--impls", default="sdpa", help="comma list of attn_impl values to time")
+    p.add_argument("--decode_variants", default="MHA,MLA absorbed,MLA expanded")
+    p.add_argument("--n_layer", type=int, default=2)
+    p.add_argument("--n_embd", type=int, default=384)
+    p.add_argument("--n_head", type=int, default=6)
+    p.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    p.add_argument("--runs", nargs="*", default=[], help="training run dirs for the val-loss table")
+    p.add_argument("--skip_decode", action="store_true")
+    p.add_argument("--quick", action="store_true", help="contexts 64,128, 8 steps, one repeat")
+    return p.parse_args()
+
+
+def cache_table(n_head=12, head_dim=64, batch=2, max_len=16):
+    """Measured elements per token per layer from one layer's allocated cache, in fp32 and bf16."""
+    rows = ["| variant | cache elems / token / layer (measured) | formula | bytes bf16 | bytes fp32 "
+            "| MHA / this |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    base = None
+    for name, kw in VARIANTS.items():
+        cfg = GPTConfig(block_size=max_len, vocab_size=64, n_layer=1, n_head=n_head,
+                        n_embd=n_head * head_dim, pos_encoding="rope", **kw)
+        attn = build_attention(cfg, 0)
+        cache = attn.init_cache(batch, max_len, "cpu", torch.bfloat16)
+        elems = cache.numel() / (batch * max_len)
+        base = base or elems
+        rows.append(f"| {name} | {elems:.0f} | {attn.cache_elems_per_token()} | {cache.nbytes() / (batch * max_len):.0f} "
+                    f"| {4 * elems:.0f} | {base / elems:.1f}x |")
+    detail = (f"n_head={n_head}, d_h={head_dim}; MLA defaults kv_lora_rank=4*d_h={4 * head_dim}, "
+              f"rope_head_dim=d_h/2={head_dim // 2}")
+    return detail, rows
+
+
+@torch.inference_mode()
+def time_decode(model, context, steps, generator):
+    """Seconds for `steps` one-token steps after a prefill of `context` tokens."""
+    V = model.config.vocab_size
+    caches = model.init_caches(1, context + steps)
+    model(torch.randint(0, V, (1, context), generator=generator), caches=caches, last_only=True)
+    tokens = torch.randint(0, V, (steps, 1, 1), generator=generator)
+    t0 = time.perf_counter()
+    for t in range(steps):
+        model(tokens[t], caches=caches, last_only=True)
+    return time.perf_counter() - t0
+
+
+def decode_table(args, contexts, steps, repeats):
+    names = [n.strip() for n in args.decode_variants.split(",")]
+    impls = args.impls.split(",")
+    head = "| variant | attn_impl | cache elems / token (all layers) | " + " | ".join(f"tok/s @ {c}" for c in contexts) + " |"
+    rows = [head, "| --- | --- | ---: |" + " ---: |" * len(contexts)]
+    g = torch.Generator().manual_seed(0)
+    for name in names:
+        for impl in impls:
+            torch.manual_seed(0)
+            cfg = GPTConfig(block_size=max(contexts) + steps, vocab_size=65, n_layer=args.n_layer,
+                            n_head=args.n_head, n_embd=args.n_embd, pos_encoding="rope", attn_impl=impl,
+                            **VARIANTS[name])
+            model = GPT(cfg).eval()
+            time_decode(model, 16, 4, g)   # warm-up
+            cells = []
+            for context in contexts:
+                secs = [time_decode(model, context, steps, g) for _ in range(repeats)]
+                tps = steps / statistics.median(secs)
+                cells.append(f"{tps:,.0f}")
+                print(f"{name} {impl} ctx {context}: {tps:,.1f} tok/s (runs {[round(s, 3) for s in secs]})",
+                      file=sys.stderr)
+            rows.append(f"| {name} | {impl} | {model.cache_elems_per_token()} | " + " | ".join(cells) + " |")
+    detail = (f"batch 1, n_layer={args.n_layer}, n_embd={args.n_embd}, n_head={args.n_head}, fp32, "
+              f"{torch.get_num_threads()} threads; median of {repeats} runs of {steps} steps after a prefill")
+    return detail, rows
+
+
+def runs_table(run_dirs):
+    rows = ["| run | attention | pos | params | final val loss | best val loss | iters | ms/iter "
+            "| KV cache bytes/token | wall s |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for d in run_dirs:
+        s = json.load(open(os.path.join(d, "summary.json")))
+        tc = torch.load(os.path.join(d, "ckpt.pt"), weights_only=True, map_location="cpu")["config"]
+        tokens_per_iter = tc["batch_size"] * tc["block_size"] * tc["gradient_accumulation_steps"]
+        ms = 1000 * tokens_per_iter / s["tokens_per_sec"] if s["tokens_per_sec"] else float("nan")
+        rows.append(f"| {d} | {s['attention']} | {s['pos_encoding']} | {s['params']:,} | {s['final_val_loss']:.4f} "
+                    f"| {s['best_val_loss']:.4f} | {s['iters']} | {ms:.1f} | {s['kv_cache_bytes_per_token']} "
+                    f"| {s['wall_s']:.0f} |")
+    return rows
+
+
+def main():
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    contexts = [64, 128] if args.quick else [int(c) for c in args.contexts.split(",")]
+    steps, repeats = (8, 1) if args.quick else (args.steps, args.repeats)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# MLA benchmark ({os.cpu_count()} CPUs, load average {load:.1f} at start)\n")
+    detail, rows = cache_table()
+    print(f"## Cache per token per layer ({detail})\n")
+    print("\n".join(rows) + "\n")
+    if not args.skip_decode:
+        detail, rows = decode_table(args, contexts, steps, repeats)
+        print(f"## Decode tokens/s ({detail})\n")
+        print("\n".join(rows) + "\n")
+    if args.runs:
+        print("## Training runs\n")
+        print("\n".join(runs_table(args.runs)) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""MLA (attention/mla.py) against DeepSeek-V2's equations: the training forward equals a
+per-head reference written here; absorbed decoding (latent cache) and expanded decoding
+(per-head K/V cache) both equal a full forward; the cache holds kv_lora_rank + rope_head_dim
+per token; sampling with and without the cache agrees; training lowers the loss; bad
+values are refused in one line."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import POS_ENCODINGS, ROOT, tiny_model_kwargs, train_args
+from attention.cache import KVCache, LatentCache
+from model import GPT, GPTConfig
+import sample
+import train
+
+# tiny_model_kwargs: n_embd=32, n_head=4 -> d_h = 8; the paper's ratios give d_c = 32, d_r = 4
+
+
+def make_model(pos_encoding, noise=0.05, **kw):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**tiny_model_kwargs(attention="mla", pos_encoding=pos_encoding, **kw))).eval()
+    with torch.no_grad():  # larger weights than init so that positions and heads matter
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * noise)
+    return model
+
+
+def expanded_twin(model):
+    """The same weights, decoding with per-head K/V (mla_decode changes no parameter)."""
+    cfg = GPTConfig(**{**model.config.to_dict(), "mla_decode": "expanded"})
+    twin = GPT(cfg).eval()
+    twin.load_state_dict(model.state_dict())
+    return twin
+
+
+# ---------------------------------------------------------------- reference from the paper
+
+def rms_norm(x, weight, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rope(x, base=10000.0):
+    """Rotate pairs (x[2i], x[2i+1]) of the last dim by m * base^(-2i/d) at position m = 0..T-1."""
+    T, d = x.size(-2), x.size(-1)
+    ang = torch.arange(T)[:, None].double() * (base ** (-torch.arange(0, d, 2).double() / d))
+    c, s = ang.cos().float(), ang.sin().float()
+    e, o = x[..., 0::2], x[..., 1::2]
+    return torch.stack((e * c - o * s, e * s + o * c), dim=-1).flatten(-2)
+
+
+def reference_mla_layer(attn, x, pos_encoding):
+    """DeepSeek-V2 eqs. 9-19, one head at a time (no biases: the layers under test have none).
+
+    The module packs W_UQ/W_QR per head as [nope d_h | rope d_r] rows of one matrix, and
+    W_DKV/W_KR as [d_c | d_r] rows of kv_down: only that layout is taken from it.
+    """
+    B, T, C = x.shape
+    H, d_h, d_c, d_r = attn.n_head, attn.head_dim, attn.kv_lora_rank, attn.rope_head_dim
+    if attn.q_lora_rank:                                   # c_Q = W_DQ h, normalized (eq. 12)
+        c_q, w_q = rms_norm(x @ attn.q_down.weight.T, attn.q_norm.weight), attn.q_up.weight
+    else:
+        c_q, w_q = x, attn.q_proj.weight
+    w_q = w_q.view(H, d_h + d_r, -1)
+    W_UQ, W_QR = w_q[:, :d_h], w_q[:, d_h:]                # (H, d_h, .), (H, d_r, .)
+    W_DKV, W_KR = attn.kv_down.weight[:d_c], attn.kv_down.weight[d_c:]
+    W_UK = attn.k_up.weight.view(H, d_h, d_c)
+    W_UV = attn.v_up.weight.view(H, d_h, d_c)
+    c_kv = rms_norm(x @ W_DKV.T, attn.kv_norm.weight)     # eq. 9 (+ DeepSeek-V2's latent norm)
+    k_r = rope(x @ W_KR.T) if d_r else None                # eq. 15: one RoPE key for all heads
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    outs = []
+    for h in range(H):
+        q_c = c_q @ W_UQ[h].T                              # eq. 13
+        k_c = c_kv @ W_UK[h].T                             # eq. 10
+        v_c = c_kv @ W_UV[h].T                             # eq. 11
+        scores = q_c @ k_c.transpose(-1, -2)
+        if d_r:
+            scores = scores + rope(c_q @ W_QR[h].T) @ k_r.transpose(-1, -2)   # eqs. 14, 16-17
+        scores = scores / math.sqrt(d_h + d_r)             # eq. 18
+        if pos_encoding == "alibi":
+            slope = 2.0 ** (-2.0 * (h + 1))                # 4 heads: 1/4, 1/16, 1/64, 1/256
+            i = torch.arange(T)
+            scores = scores - slope * (i[:, None] - i[None, :]).float()
+        outs.append(scores.masked_fill(causal, float("-inf")).softmax(-1) @ v_c)
+    return torch.cat(outs, dim=-1) @ attn.c_proj.weight.T  # eq. 19
+
+
+@pytest.mark.parametrize("pos_encoding,kw", [
+    ("rope", {}),
+    ("rope", dict(q_lora_rank=12, kv_lora_rank=20, rope_head_dim=6)),
+    ("alibi", dict(q_lora_rank=12)),
+    ("none", {}),
+])
+def test_training_forward_matches_paper_reference(pos_encoding, kw):
+    attn = make_model(pos_encoding, noise=0.2, **kw).h[0].attn
+    x = torch.randn(2, 20, 32)
+    with torch.no_grad():
+        got = attn(x, torch.arange(20))
+        want = reference_mla_layer(attn, x, pos_encoding)
+    assert (got - want).abs().max().item() <= 1e-5
+
+
+# ---------------------------------------------------------------- decoding
+
+def chunked_decode(model, idx):
+    """Prefill 7 tokens, then a 5-token chunk, then one token at a time."""
+    caches = model.init_caches(idx.size(0), 32)
+    steps = [model(idx[:, :7], caches=caches)[0], model(idx[:, 7:12], caches=caches)[0]]
+    steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(12, idx.size(1))]
+    return torch.cat(steps, dim=1), caches
+
+
+@pytest.mark.parametrize("pos_encoding,kw", [(p, {}) for p in POS_ENCODINGS] + [
+    ("rope", dict(q_lora_rank=16, bias=True)),
+    ("alibi", dict(kv_lora_rank=12, dropout=0.1)),   # dropout: eval() must switch it off
+])
+def test_absorbed_and_expanded_decoding_equal_full_forward(pos_encoding, kw):
+    absorbed = make_model(pos_encoding, **kw)
+    expanded = expanded_twin(absorbed)
+    idx = torch.randint(0, 65, (2, 30))
+    full, _ = absorbed(idx)
+    got_a, caches_a = chunked_decode(absorbed, idx)
+    got_e, caches_e = chunked_decode(expanded, idx)
+    assert isinstance(caches_a[0], LatentCache) and isinstance(caches_e[0], KVCache)
+    assert (got_a - got_e).abs().max().item() <= 1e-4
+    assert (full - got_a).abs().max().item() <= 1e-4
+    assert (full - got_e).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("mla_decode", ["absorbed", "expanded"])
+def test_sliding_latent_cache_equals_windowed_recompute_for_one_layer(mla_decode):
+    """Past max_context the cache slides; with one layer that must equal recomputing the window."""
+    model = make_model("rope", n_layer=1, mla_decode=mla_decode)
+    idx = torch.randint(0, 65, (1, 10))
+    kw = dict(temperature=0, max_context=16)
+    assert torch.equal(model.generate(idx, 40, use_cache=True, **kw), model.generate(idx, 40, use_cache=False, **kw))
+
+
+def test_triton_kernel_runs_both_forms():
+    """attn_impl=triton (interpreted on CPU): training form with Dqk = d_h + d_r != Dv = d_h, and
+    the absorbed form with one shared KV head, both equal to the PyTorch path."""
+    model = make_model("rope", n_layer=1)
+    idx = torch.randint(0, 65, (1, 12))
+    want, _ = model(idx)
+    want_steps, _ = chunked_decode(model, idx)
+    model.h[0].attn.attn_impl = "triton"
+    got, _ = model(idx)
+    got_steps, _ = chunked_decode(model, idx)
+    assert (got - want).abs().max().item() <= 1e-4
+    assert (got_steps - want_steps).abs().max().item() <= 1e-4
+
+
+# ---------------------------------------------------------------- cache size
+
+@pytest.mark.parametrize("pos_encoding,kw,d_c,d_r", [
+    ("rope", {}, 4 * 8, 8 // 2),                        # the paper's ratios, d_h = 8
+    ("rope", dict(kv_lora_rank=12, rope_head_dim=6), 12, 6),
+    ("alibi", {}, 4 * 8, 0),                            # no RoPE key without RoPE
+])
+def test_cache_holds_only_the_latent(pos_encoding, kw, d_c, d_r):
+    B, max_len, H, d_h = 3, 17, 4, 8
+    for mode, per_token in (("absorbed", d_c + d_r), ("expanded", H * (2 * d_h + d_r))):
+        model = make_model(pos_encoding, mla_decode=mode, **kw)
+        caches = model.init_caches(B, max_len, dtype=torch.bfloat16)
+        measured = sum(c.numel() for c in caches) / (B * max_len * len(caches))
+        assert measured == per_token
+        assert sum(c.nbytes() for c in caches) == per_token * 2 * B * max_len * len(caches)
+        assert model.cache_elems_per_token() == per_token * len(caches)
+
+
+def test_default_ratios_at_gpt2_small_width():
+    """n_head=12, d_h=64: MHA caches 2*12*64 = 1536 per token per layer, MLA 4*64 + 32 = 288."""
+    cfg = GPTConfig(**tiny_model_kwargs(attention="mla", n_head=12, n_embd=768, n_layer=1))
+    assert (cfg.kv_lora_rank, cfg.rope_head_dim) == (256, 32)
+    assert GPT(cfg).cache_elems_per_token() == 288
+
+
+# ---------------------------------------------------------------- train.py and sample.py
+
+def test_training_lowers_loss_and_sampling_with_cache_matches_without(data_root, tmp_path, capsys):
+    """One tiny run (RoPE, absorbed cache); the other position encodings and the expanded cache
+    are covered at the model level above, which is cheaper than training each."""
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=40", "--eval_interval=40", "--attention=mla"))
+    with open(out / "log.jsonl") as f:
+        log = [json.loads(line) for line in f]
+    assert log[-1]["val_loss"] < log[0]["val_loss"] - 0.5
+    d_c, d_r = 4 * 8, 8 // 2
+    summary = json.load(open(out / "summary.json"))
+    assert summary["kv_cache_bytes_per_token"] == 2 * (d_c + d_r) * 4        # 2 layers, fp32
+    capsys.readouterr()
+    for mode in (["--temperature=0"], ["--temperature=1.0", "--seed=7"]):  # greedy, then seeded sampling
+        common = [f"--out_dir={out}", "--max_new_tokens=28", "--start=ROMEO:", "--num_samples=2", *mode]
+        sample.main(common)
+        cached = capsys.readouterr().out
+        sample.main(common + ["--no_cache"])
+        uncached = capsys.readouterr().out
+        assert cached == uncached
+        assert cached.startswith("ROMEO:") and cached.count("---------------") == 2
+    assert len(set(cached[6:34])) >= 3  # sampled text varies, so the comparison has teeth
+
+
+# ---------------------------------------------------------------- configuration
+
+def test_defaults_follow_the_papers_ratios():
+    rope = GPTConfig(**tiny_model_kwargs(attention="mla"))
+    assert (rope.kv_lora_rank, rope.rope_head_dim, rope.n_kv_head) == (32, 4, 4)
+    alibi = GPTConfig(**tiny_model_kwargs(attention="mla", pos_encoding="alibi"))
+    assert (alibi.kv_lora_rank, alibi.rope_head_dim) == (32, 0)
+    # d_h = 12: d_h / 2 = 6; d_h = 4: 2 (one pair); round trip through a checkpoint's dict
+    assert GPTConfig(**tiny_model_kwargs(attention="mla", n_embd=48)).rope_head_dim == 6
+    assert GPTConfig(**tiny_model_kwargs(attention="mla", n_head=8)).rope_head_dim == 2
+    assert GPTConfig.from_dict(rope.to_dict()) == rope
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(kv_lora_rank=-1), "kv_lora_rank=-1 must be >= 0"),
+    (dict(q_lora_rank=-3), "q_lora_rank=-3 must be >= 0"),
+    (dict(rope_head_dim=3), "rope_head_dim=3 must be even"),
+    (dict(rope_head_dim=0), "rope_head_dim=0 must be even and > 0 with pos_encoding=rope"),
+    (dict(rope_head_dim=-2), "rope_head_dim=-2 must be -1"),
+    (dict(rope_head_dim=4, pos_encoding="alibi"), "rope_head_dim=4 needs pos_encoding=rope"),
+    (dict(mla_decode="fast"), "unknown mla_decode='fast'; choose one of absorbed, expanded"),
+    (dict(n_kv_head=2), "has no KV heads to share"),
+])
+def test_config_rejects_bad_values(kwargs, words):
+    with pytest.raises(ValueError, match=words) as err:
+        GPTConfig(**tiny_model_kwargs(attention="mla", **kwargs))
+    assert "\n" not in str(err.value)
+
+
+def test_train_refuses_bad_mla_values_in_one_line(data_root, tmp_path):
+    r = subprocess.run([sys.executable, "train.py", "config/mla.py", f"--data_dir={data_root}",
+                        f"--out_dir={tmp_path}", "--rope_head_dim=5"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "rope_head_dim=5" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "log.jsonl")
