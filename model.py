@@ -163,7 +163,7 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
             return logits, loss
         return self.lm_head(x[:, -1:] if last_only else x), None
 

@@ -118,6 +118,9 @@ def main(argv=None):
     device_type = "cuda" if "cuda" in device else device
     if device_type == "cuda" and not torch.cuda.is_available():
         fail("device=cuda but CUDA is not available; use --device=cpu")
+    if gptconf.attn_impl == "triton" and device_type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        fail("attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 "
+             "(slow, for tests) or use attn_impl=sdpa")
     dtype = tc.dtype if tc.dtype != "auto" else (
         "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
@@ -144,7 +147,10 @@ def main(argv=None):
     data_dir = os.path.join(tc.data_dir, tc.dataset)
     np_dtype = np.dtype(meta.get("dtype", "uint16"))
     for split in ("train", "val"):
-        n = os.path.getsize(os.path.join(data_dir, f"{split}.bin")) // np_dtype.itemsize
+        size = os.path.getsize(os.path.join(data_dir, f"{split}.bin"))
+        if size % np_dtype.itemsize:
+            fail(f"{split}.bin is {size} bytes, not a whole number of {np_dtype} tokens (meta.json); re-run the prepare script")
+        n = size // np_dtype.itemsize
         if n <= gptconf.block_size:
             fail(f"{split}.bin holds {n} tokens, not more than block_size={gptconf.block_size}; lower block_size")
 

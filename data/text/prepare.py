@@ -1,0 +1,19 @@
+"""Any local text: .txt files or folders of them, tokenized by characters or any tiktoken encoding.
+
+    python data/text/prepare.py --input book1.txt book2.txt --out_dir data/books --tokenizer gpt2
+    python data/text/prepare.py --input notes/ --out_dir data/notes --tokenizer char
+    python train.py config/gqa.py --dataset=books               # train on it
+
+Each file is one document (followed by <|endoftext|> with tiktoken encodings); files are read
+in the order given (a folder's .txt files sorted by path). The last --val_fraction of the text
+(default 0.1) is the validation split. Writes train.bin, val.bin and meta.json; --dtype=uint32
+forces 32-bit ids (automatic when the vocabulary exceeds 65536).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/: the shared common.py
+import common  # noqa: E402
+
+if __name__ == "__main__":
+    common.text_main(__doc__, out_dir=os.path.dirname(os.path.abspath(__file__)), tokenizer="gpt2", val_fraction=0.1)
