@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
+import torch
+
 # Triton reads this at import: without a GPU, kernels run under its interpreter on CPU tensors.
-try:
-    import torch
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-except ImportError:
-    pass
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+# Under pytest-xdist (-n N) each worker takes one core: tiny models run faster on one thread.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 from helpers import ROOT  # noqa: E402
 
