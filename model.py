@@ -176,6 +176,11 @@ class GPT(nn.Module):
         """Formula: cache elements per token, summed over layers."""
         return sum(b.attn.cache_elems_per_token() for b in self.h)
 
+    def cache_state_elems(self) -> int:
+        """Constant decoding state (elements, batch 1, all layers): linear attention's
+        recurrent state; 0 for K/V caches, which grow per token instead."""
+        return sum(getattr(b.attn, "cache_state_elems", lambda: 0)() for b in self.h)
+
     def context_window(self, max_context=None) -> int:
         """How many tokens decoding keeps: learned positions end at block_size, and so do
         variants whose pattern is defined on block_size (attribute `context_within_block_size`);
@@ -199,10 +204,13 @@ class GPT(nn.Module):
         Without the cache: recompute the last `window` tokens every step.
         """
         window = self.context_window(max_context)
+        # A constant-state cache (linear attention) cannot drop old tokens: it covers everything
+        # since the cropped prompt, so recomputing starts from the same token to agree with it.
+        first = max(0, idx.size(1) - window) if self.cache_elems_per_token() == 0 else None
         caches = None
         for step in range(max_new_tokens):
             if not use_cache:
-                logits, _ = self(idx[:, -window:], last_only=True)
+                logits, _ = self(idx[:, first:] if first is not None else idx[:, -window:], last_only=True)
             elif caches is None:
                 context = idx[:, -window:]
                 caches = self.init_caches(idx.size(0), min(window, context.size(1) + max_new_tokens))

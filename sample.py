@@ -40,7 +40,8 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="auto")
     ap.add_argument("--attn_impl", default=None, help="override the checkpoint's attn_impl")
     ap.add_argument("--max_context", type=int, default=0,
-                    help="tokens kept while decoding (RoPE/ALiBi/none slide past it); 0 = block_size")
+                    help="tokens kept while decoding (RoPE/ALiBi/none slide past it; linear "
+                         "attention's state keeps everything, so it only crops the prompt); 0 = block_size")
     ap.add_argument("--no_cache", action="store_true", help="recompute the whole context every step")
     args = ap.parse_args(argv)
     if args.num_samples < 1 or args.max_new_tokens < 1:

@@ -82,6 +82,8 @@ def load_settings(argv):
     for key in ("eval_interval", "log_interval", "eval_iters", "batch_size", "gradient_accumulation_steps"):
         if getattr(tc, key) < 1:
             raise ConfigError(f"{key}={getattr(tc, key)} must be at least 1")
+    model_cfg = {k: cfg[k] for k in MODEL_KEYS}
+    GPTConfig(vocab_size=1, **model_cfg)  # shapes first: a bad model config fails before the data is looked at
     data = os.path.join(tc.data_dir, tc.dataset)
     missing = [f for f in ("train.bin", "val.bin", "meta.json") if not os.path.exists(os.path.join(data, f))]
     if missing:
@@ -90,8 +92,7 @@ def load_settings(argv):
         raise ConfigError(f"dataset {tc.dataset!r} is missing {', '.join(missing)} in {data}; make it with: {how}")
     with open(os.path.join(data, "meta.json")) as f:
         meta = json.load(f)
-    model_cfg = {k: cfg[k] for k in MODEL_KEYS}
-    gptconf = GPTConfig(vocab_size=meta["vocab_size"], **model_cfg)  # validates; ValueError on bad shapes
+    gptconf = GPTConfig(vocab_size=meta["vocab_size"], **model_cfg)
     return tc, gptconf, meta, cfg
 
 
@@ -238,7 +239,8 @@ def main(argv=None):
             import wandb
             wandb.init(project=tc.wandb_project, group=tc.wandb_group or None, name=run_name,
                        config={**flat_cfg, "n_kv_head": gptconf.n_kv_head, "params": n_params,
-                               "kv_cache_bytes_per_token": kv_bytes})
+                               "kv_cache_bytes_per_token": kv_bytes,
+                               "cache_state_bytes": raw_model.cache_state_elems() * 4})
     log_mode = "a" if tc.init_from == "resume" else "w"
     log_file = open(os.path.join(tc.out_dir, "log.jsonl"), log_mode) if master else None
 
@@ -306,7 +308,8 @@ def main(argv=None):
                    "final_val_loss": last_val, "iters": iter_num,
                    "tokens_per_sec": train_tokens / train_time if train_time > 0 else 0.0,
                    "peak_mem_bytes": peak_memory_bytes(device_type),
-                   "kv_cache_bytes_per_token": kv_bytes, "wall_s": time.time() - t_start,
+                   "kv_cache_bytes_per_token": kv_bytes, "cache_state_bytes": raw_model.cache_state_elems() * 4,
+                   "wall_s": time.time() - t_start,
                    "device": device, "dtype": dtype, "dataset": tc.dataset}
         with open(os.path.join(tc.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)

@@ -270,10 +270,10 @@ class GatedLinearAttention(Attention):
         if cache is not None and T == 1:
             o, cache.state = recurrent_gla_step(q, k, v, g, cache.state)
         elif self.attn_impl == "naive":
-            o, state = naive_recurrent_gla(q, k, v, g, initial_state=cache.state if cache else None,
+            o, state = naive_recurrent_gla(q, k, v, g, initial_state=None if cache is None else cache.state,
                                            output_final_state=cache is not None)
         else:
-            o, state = chunk_gla(q, k, v, g, initial_state=cache.state if cache else None,
+            o, state = chunk_gla(q, k, v, g, initial_state=None if cache is None else cache.state,
                                  output_final_state=cache is not None, chunk_size=self.chunk)
         if cache is not None:
             if T > 1:
