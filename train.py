@@ -84,6 +84,10 @@ def load_settings(argv):
             raise ConfigError(f"{key}={getattr(tc, key)} must be at least 1")
     model_cfg = {k: cfg[k] for k in MODEL_KEYS}
     GPTConfig(vocab_size=1, **model_cfg)  # shapes first: a bad model config fails before the data is looked at
+    on_cuda = tc.device.startswith("cuda") or (tc.device == "auto" and torch.cuda.is_available())
+    if cfg["attn_impl"] == "triton" and not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError("attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 "
+                          "(slow, for tests) or use attn_impl=sdpa")
     data = os.path.join(tc.data_dir, tc.dataset)
     missing = [f for f in ("train.bin", "val.bin", "meta.json") if not os.path.exists(os.path.join(data, f))]
     if missing:
@@ -119,9 +123,6 @@ def main(argv=None):
     device_type = "cuda" if "cuda" in device else device
     if device_type == "cuda" and not torch.cuda.is_available():
         fail("device=cuda but CUDA is not available; use --device=cpu")
-    if gptconf.attn_impl == "triton" and device_type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        fail("attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 "
-             "(slow, for tests) or use attn_impl=sdpa")
     dtype = tc.dtype if tc.dtype != "auto" else (
         "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
