@@ -67,6 +67,8 @@ def main(argv=None):
     if not start:
         fail("the prompt is empty; pass --start with at least one token")
 
+    if args.attn_impl == "triton" and not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
+        fail("--attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 or use sdpa")
     ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
     model_args = dict(ckpt["model_args"])
     if args.attn_impl:
