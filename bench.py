@@ -65,9 +65,13 @@ def bench_variant(path, args, device):
 
     # decoding: greedy, batch 1, after a prompt of --context tokens
     model.eval()
-    # learned positions end at block_size; the others decode over any window (max_context)
+    # learned positions and BigBird end at block_size; the others decode over any window (max_context)
     n_new = args.decode_tokens
-    context = min(args.context, config.block_size - n_new) if config.pos_encoding == "learned" else args.context
+    try:
+        model.context_window(args.context + n_new)
+        context = args.context
+    except ValueError:
+        context = min(args.context, config.block_size - n_new)
     if context < 1:
         raise ValueError(f"block_size={config.block_size} leaves no room for a prompt and {n_new} new tokens")
     prompt = torch.randint(0, args.vocab_size, (1, context), device=device)
@@ -75,7 +79,7 @@ def bench_variant(path, args, device):
     def decode(use_cache):
         def run():
             for _ in model.generate_stream(prompt, n_new, temperature=0, use_cache=use_cache,
-                                           max_context=context + n_new):
+                                           max_context=context + n_new):  # the window holds everything
                 pass
             sync()
         return run
@@ -85,15 +89,17 @@ def bench_variant(path, args, device):
 
     # cache size: the slope of allocated bytes against length separates per-token from constant state
     dtype = next(model.parameters()).dtype
-    b1, b2 = cache_bytes(model, 64, dtype), cache_bytes(model, 128, dtype)
-    per_token = (b2 - b1) / 64
+    l2 = min(128, config.block_size)
+    l1 = l2 // 2
+    b1, b2 = cache_bytes(model, l1, dtype), cache_bytes(model, l2, dtype)
+    per_token = (b2 - b1) / (l2 - l1)
     return {"variant": os.path.splitext(os.path.basename(path))[0], "attention": config.attention,
             "pos_encoding": config.pos_encoding, "params": model.num_params(),
             "train_tokens_per_sec": train_tps, "decode_tokens_per_sec": dec,
             "decode_tokens_per_sec_no_cache": dec_nc, "decode_context": context,
             "kv_cache_bytes_per_token": per_token,
             "kv_cache_bytes_per_token_formula": model.cache_elems_per_token() * dtype.itemsize,
-            "cache_constant_bytes": b1 - per_token * 64, "device": str(device)}
+            "cache_constant_bytes": b1 - per_token * l1, "device": str(device)}
 
 
 def main():
@@ -120,15 +126,15 @@ def main():
         except (ConfigError, ValueError) as e:
             fail(f"{path}: {e}")
         print(f"done {path}", file=sys.stderr)
-    print(f"| variant | params | train tok/s | decode tok/s (cache) | decode tok/s (no cache) | "
-          f"cache B/token (measured) | cache B/token (formula) | constant state B |\n|---|---|---|---|---|---|---|---|")
+    print("| variant | params | train tok/s | prompt | decode tok/s (cache) | decode tok/s (no cache) | "
+          "cache B/token (measured) | cache B/token (formula) | constant state B |\n|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['variant']} ({r['attention']}, {r['pos_encoding']}) | {r['params'] / 1e6:.2f}M | "
-              f"{r['train_tokens_per_sec']:,.0f} | {r['decode_tokens_per_sec']:,.1f} | "
+              f"{r['train_tokens_per_sec']:,.0f} | {r['decode_context']} | {r['decode_tokens_per_sec']:,.1f} | "
               f"{r['decode_tokens_per_sec_no_cache']:,.1f} | {r['kv_cache_bytes_per_token']:,.0f} | "
               f"{r['kv_cache_bytes_per_token_formula']:,.0f} | {r['cache_constant_bytes']:,.0f} |")
-    print(f"\ndevice {device}, decode after a {rows[0]['decode_context'] if rows else 0}-token prompt, "
-          f"medians of {args.repeats}", file=sys.stderr)
+    print(f"\ndevice {device}, {args.decode_tokens} tokens decoded after the prompt, medians of {args.repeats}",
+          file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

@@ -10,7 +10,6 @@ positions decide causality and ALiBi, so the same call serves training (pos = 0.
 prefill against a cache and one-token decoding.
 """
 import math
-import os
 import sys
 
 import torch

@@ -49,7 +49,6 @@ longer than block_size has no layout and is refused (max_context <= block_size).
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from attention.base import QKVAttention, attend

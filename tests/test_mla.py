@@ -12,10 +12,9 @@ import sys
 import pytest
 import torch
 
-from helpers import POS_ENCODINGS, ROOT, tiny_model_kwargs, train_args
+from helpers import POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, tiny_model_kwargs, train_args
 from attention.cache import KVCache, LatentCache
 from model import GPT, GPTConfig
-import sample
 import train
 
 # tiny_model_kwargs: n_embd=32, n_head=4 -> d_h = 8; the paper's ratios give d_c = 32, d_r = 4
@@ -193,16 +192,7 @@ def test_training_lowers_loss_and_sampling_with_cache_matches_without(data_root,
     d_c, d_r = 4 * 8, 8 // 2
     summary = json.load(open(out / "summary.json"))
     assert summary["kv_cache_bytes_per_token"] == 2 * (d_c + d_r) * 4        # 2 layers, fp32
-    capsys.readouterr()
-    for mode in (["--temperature=0"], ["--temperature=1.0", "--seed=7"]):  # greedy, then seeded sampling
-        common = [f"--out_dir={out}", "--max_new_tokens=28", "--start=ROMEO:", "--num_samples=2", *mode]
-        sample.main(common)
-        cached = capsys.readouterr().out
-        sample.main(common + ["--no_cache"])
-        uncached = capsys.readouterr().out
-        assert cached == uncached
-        assert cached.startswith("ROMEO:") and cached.count("---------------") == 2
-    assert len(set(cached[6:34])) >= 3  # sampled text varies, so the comparison has teeth
+    assert_sampling_same_with_and_without_cache(out, capsys)
 
 
 # ---------------------------------------------------------------- configuration

@@ -1,12 +1,11 @@
 """The GPT with the MHA family: cached decoding == full forward, GQA == MHA with shared
 K/V, cache sizes from the tensors, an independent attention reference, config checks."""
-import math
 import itertools
 
 import pytest
 import torch
 
-from helpers import ATTENTIONS, POS_ENCODINGS, tiny_model_kwargs
+from helpers import ATTENTIONS, POS_ENCODINGS, reference_qkv_attention, tiny_model_kwargs
 from model import GPT, GPTConfig
 
 COMBOS = list(itertools.product(ATTENTIONS, POS_ENCODINGS))
@@ -46,37 +45,6 @@ def test_attn_impls_agree(attention, pos_encoding):
     assert (sdpa - naive).abs().max().item() <= 1e-5
 
 
-def reference_attention_layer(attn, x, pos_encoding):
-    """Independent causal attention: a loop over heads with per-head weights, explicit
-    scores, RoPE by 2x2 rotations and ALiBi slopes written out for 4 heads."""
-    B, T, C = x.shape
-    H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
-    W = attn.c_attn.weight
-    q_w, k_w, v_w = W[:H * D], W[H * D:(H + Hkv) * D], W[(H + Hkv) * D:]
-    outs = []
-    for h in range(H):
-        g = h // (H // Hkv)
-        q = x @ q_w[h * D:(h + 1) * D].T
-        k = x @ k_w[g * D:(g + 1) * D].T
-        v = x @ v_w[g * D:(g + 1) * D].T
-        if pos_encoding == "rope":
-            ang = torch.arange(T)[:, None].double() * (10000.0 ** (-torch.arange(0, D, 2).double() / D))
-            c, s = ang.cos().float(), ang.sin().float()
-
-            def rot(t):
-                e, o = t[..., 0::2], t[..., 1::2]
-                return torch.stack((e * c - o * s, e * s + o * c), dim=-1).flatten(-2)
-            q, k = rot(q), rot(k)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(D)
-        if pos_encoding == "alibi":
-            slope = 2.0 ** (-2.0 * (h + 1))   # 4 heads: 1/4, 1/16, 1/64, 1/256
-            i = torch.arange(T)
-            scores = scores - slope * (i[:, None] - i[None, :]).float()
-        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        outs.append(scores.softmax(-1) @ v)
-    return torch.cat(outs, dim=-1) @ attn.c_proj.weight.T
-
-
 @pytest.mark.parametrize("attention,pos_encoding", [(a, p) for a, p in COMBOS if p != "learned"])
 def test_attention_layer_matches_reference(attention, pos_encoding):
     model = make_model(attention, pos_encoding)
@@ -84,7 +52,7 @@ def test_attention_layer_matches_reference(attention, pos_encoding):
     x = torch.randn(2, 20, 32)
     with torch.no_grad():
         got = attn(x, torch.arange(20))
-        want = reference_attention_layer(attn, x, pos_encoding)
+        want = reference_qkv_attention(attn, x, pos_encoding)
     assert (got - want).abs().max().item() <= 1e-5
 
 

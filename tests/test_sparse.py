@@ -12,7 +12,6 @@
   without the cache after a short training run; bad settings give one line.
 """
 import io
-import math
 import os
 import subprocess
 import sys
@@ -20,7 +19,8 @@ import sys
 import pytest
 import torch
 
-from helpers import POS_ENCODINGS, ROOT, tiny_model_kwargs, train_args
+from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, reference_qkv_attention,
+                     tiny_model_kwargs, train_args)
 from model import GPT, GPTConfig
 
 # block_size 32 in blocks of 4: 8 blocks, each query block sees at most 2 + 1 + 2 of them
@@ -40,33 +40,6 @@ def naive_token_mask(layout, blk, T):
     """keep[i][j]: j <= i and j's block is selected for i's block; a plain double loop."""
     rows = layout.tolist()
     return torch.tensor([[j <= i and rows[i // blk][j // blk] for j in range(T)] for i in range(T)])
-
-
-def reference_layer(attn, x, mask, pos_encoding):
-    """Masked softmax attention written out per head: explicit scores over all T keys,
-    RoPE by 2x2 rotations, ALiBi slopes of 4 heads spelled out, GQA by head groups."""
-    B, T, C = x.shape
-    H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
-    W = attn.c_attn.weight
-    q_w, k_w, v_w = W[:H * D], W[H * D:(H + Hkv) * D], W[(H + Hkv) * D:]
-    outs = []
-    for h in range(H):
-        g = h // (H // Hkv)
-        q, k, v = (x @ w[i * D:(i + 1) * D].T for w, i in ((q_w, h), (k_w, g), (v_w, g)))
-        if pos_encoding == "rope":
-            ang = torch.arange(T)[:, None].double() * (10000.0 ** (-torch.arange(0, D, 2).double() / D))
-            c, s = ang.cos().float(), ang.sin().float()
-
-            def rot(t):
-                e, o = t[..., 0::2], t[..., 1::2]
-                return torch.stack((e * c - o * s, e * s + o * c), dim=-1).flatten(-2)
-            q, k = rot(q), rot(k)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(D)
-        if pos_encoding == "alibi":
-            i = torch.arange(T)
-            scores = scores - 2.0 ** (-2.0 * (h + 1)) * (i[:, None] - i[None, :]).float()
-        outs.append(scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v)
-    return torch.cat(outs, dim=-1) @ attn.c_proj.weight.T
 
 
 # ---- the layout ----
@@ -126,7 +99,7 @@ def test_sparse_path_matches_reference_forward_and_grad(pos_encoding, n_kv_head,
     mask = naive_token_mask(attn.layout, 4, T)
     dy = torch.randn(2, T, 32)
     grads = []
-    for fn in (lambda: attn(x, torch.arange(T)), lambda: reference_layer(attn, x, mask, pos_encoding)):
+    for fn in (lambda: attn(x, torch.arange(T)), lambda: reference_qkv_attention(attn, x, pos_encoding, mask)):
         y = fn()
         gx, gw = torch.autograd.grad(y, (x, attn.c_attn.weight), dy)
         grads.append((y, gx, gw))
@@ -249,7 +222,6 @@ def test_cache_size_matches_formula():
 def test_greedy_and_seeded_sample_same_with_and_without_cache(data_root, tmp_path, capsys):
     """One short run (RoPE, the config's choice); every position encoding is covered by
     test_cached_decoding_equals_full_forward."""
-    import sample
     import train
     out = tmp_path / "run"
     train.main(train_args(data_root, out, "--max_iters=20", "--eval_interval=20", "--attention=bigbird",
@@ -257,15 +229,7 @@ def test_greedy_and_seeded_sample_same_with_and_without_cache(data_root, tmp_pat
                           "--pos_encoding=rope"))
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert ckpt["model"]["h.1.attn.layout"].shape == (8, 8)
-    capsys.readouterr()
-    for mode in (["--temperature=0"], ["--temperature=1.0", "--seed=7"]):
-        # "ROMEO:" + 26 = block_size tokens: the layout as trained, no sliding
-        common = [f"--out_dir={out}", "--max_new_tokens=26", "--start=ROMEO:", "--num_samples=2", *mode]
-        sample.main(common)
-        cached = capsys.readouterr().out
-        sample.main(common + ["--no_cache"])
-        assert cached == capsys.readouterr().out
-    assert len(set(cached[6:32])) >= 3  # sampled text varies, so the comparison has teeth
+    assert_sampling_same_with_and_without_cache(out, capsys)
 
 
 @pytest.mark.parametrize("kwargs,words", [

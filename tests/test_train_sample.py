@@ -9,8 +9,7 @@ import sys
 import pytest
 import torch
 
-from helpers import ATTENTIONS, POS_ENCODINGS, ROOT, train_args
-import sample
+from helpers import ATTENTIONS, POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, train_args
 import train
 
 
@@ -61,16 +60,7 @@ def test_greedy_sample_same_with_and_without_cache(data_root, tmp_path, capsys, 
     out = tmp_path / "run"
     train.main(train_args(data_root, out, "--max_iters=80", "--eval_interval=80", f"--attention={attention}",
                           f"--n_kv_head={ATTENTIONS[attention]}", f"--pos_encoding={pos_encoding}"))
-    capsys.readouterr()
-    for mode in (["--temperature=0"], ["--temperature=1.0", "--seed=7"]):  # greedy, then seeded sampling
-        common = [f"--out_dir={out}", "--max_new_tokens=26", "--start=ROMEO:", "--num_samples=2", *mode]
-        sample.main(common)
-        cached = capsys.readouterr().out
-        sample.main(common + ["--no_cache"])
-        uncached = capsys.readouterr().out
-        assert cached == uncached
-        assert cached.startswith("ROMEO:") and cached.count("---------------") == 2
-    assert len(set(cached[6:32])) >= 3  # sampled text varies, so the comparison has teeth
+    assert_sampling_same_with_and_without_cache(out, capsys)
 
 
 @pytest.mark.parametrize("args,words", [
