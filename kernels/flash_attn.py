@@ -100,14 +100,11 @@ def _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n, Tq, Tk
 # ----------------------------------------------------------------------------- forward
 
 @triton.jit
-def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd, stride_vt,
-              stride_vd, Tk, diag, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-              MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
-    """One step of the online softmax: fold the key tile at start_n into (acc, m_i, l_i)."""
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    kt = tl.load(K + offs_n[None, :] * stride_kt + offs_dqk[:, None] * stride_kd,
-                 mask=(offs_n[None, :] < Tk) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_N]
-    s = tl.dot(q, kt, input_precision=DOT_PREC) * qk_scale  # [BLOCK_M, BLOCK_N], base-2 logits
+def _score_tile(q, kt, offs_m, offs_n, Tk, diag, qk_scale, slope2, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Base-2 scores of a query tile against a key tile, with ALiBi and the masks:
+    q [BLOCK_M, BLOCK_DQK], kt [BLOCK_DQK, BLOCK_N] -> [BLOCK_M, BLOCK_N] (-inf where hidden)."""
+    s = tl.dot(q, kt, input_precision=DOT_PREC) * qk_scale
     if HAS_ALIBI:
         s += slope2 * (offs_n[None, :] - (offs_m[:, None] + diag)).to(tl.float32)
     if MASKED:
@@ -115,6 +112,19 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride
         if CAUSAL:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + diag)
         s = tl.where(visible, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd, stride_vt,
+              stride_vd, Tk, diag, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+              MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
+    """One step of the online softmax: fold the key tile at start_n into (acc, m_i, l_i)."""
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    kt = tl.load(K + offs_n[None, :] * stride_kt + offs_dqk[:, None] * stride_kd,
+                 mask=(offs_n[None, :] < Tk) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_N]
+    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, qk_scale, slope2,
+                    MASKED, CAUSAL, HAS_ALIBI, DOT_PREC)  # [BLOCK_M, BLOCK_N], base-2 logits
     # running max; a row with nothing visible yet keeps m = -inf, so use 0 as its pivot
     m_new = tl.maximum(m_i, tl.max(s, 1))  # [BLOCK_M]
     m_pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -308,14 +318,8 @@ def _dq_tile(dq, q, do, lse2, delta, K, V, start_n, offs_m, offs_dqk, offs_dv, s
                  mask=(offs_n[None, :] < Tk) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_N]
     vt = tl.load(V + offs_n[None, :] * stride_vt + offs_dv[:, None] * stride_vd,
                  mask=(offs_n[None, :] < Tk) & (offs_dv[:, None] < DV), other=0.0)  # [BLOCK_DV, BLOCK_N]
-    s = tl.dot(q, kt, input_precision=DOT_PREC) * qk_scale  # [BLOCK_M, BLOCK_N]
-    if HAS_ALIBI:
-        s += slope2 * (offs_n[None, :] - (offs_m[:, None] + diag)).to(tl.float32)
-    if MASKED:
-        visible = offs_n[None, :] < Tk
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None] + diag)
-        s = tl.where(visible, s, float("-inf"))
+    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, qk_scale, slope2,
+                    MASKED, CAUSAL, HAS_ALIBI, DOT_PREC)  # [BLOCK_M, BLOCK_N]
     p = tl.exp2(s - lse2[:, None])
     dp = tl.dot(do, vt, input_precision=DOT_PREC)  # dP = dO V^T  [BLOCK_M, BLOCK_N]
     ds = p * (dp - delta[:, None])

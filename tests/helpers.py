@@ -74,3 +74,12 @@ def assert_sampling_same_with_and_without_cache(out_dir, capsys, max_new_tokens=
         assert cached == capsys.readouterr().out
         assert cached.startswith("ROMEO:") and cached.count("---------------") == 2
     assert len(set(cached[6:6 + max_new_tokens])) >= 3  # sampled text varies: the comparison has teeth
+
+
+def decode_in_chunks(model, idx, splits=(7, 12)):
+    """Logits of idx decoded with caches: a prefill up to splits[0], a multi-token call up to
+    splits[1], then one token at a time. Returns (logits (B, T, V), caches)."""
+    caches = model.init_caches(idx.size(0), 32)
+    bounds = [0, *splits, *range(splits[-1] + 1, idx.size(1) + 1)]
+    logits = [model(idx[:, a:b], caches=caches)[0] for a, b in zip(bounds, bounds[1:])]
+    return torch.cat(logits, dim=1), caches

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import assert_sampling_same_with_and_without_cache, tiny_model_kwargs, train_args
+from helpers import assert_sampling_same_with_and_without_cache, decode_in_chunks, tiny_model_kwargs, train_args
 from attention import linear
 from attention.linear import GATE_NORMALIZER, chunk_gla, naive_recurrent_gla, recurrent_gla_step
 from model import GPT, GPTConfig
@@ -268,11 +268,9 @@ def test_cached_decoding_equals_full_forward(pos_encoding, gla_gate, feature_map
         for impl in ("auto", "naive"):  # the chunked and the naive loop for multi-token calls
             for block in model.h:
                 block.attn.attn_impl = impl
-            caches = model.init_caches(2, 32)
-            steps = [model(idx[:, :11], caches=caches)[0]]           # prefill past one chunk (8)
-            steps += [model(idx[:, 11:16], caches=caches)[0]]        # a second multi-token call
-            steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(16, 30)]
-            assert (full - torch.cat(steps, dim=1)).abs().max().item() <= 1e-4
+            # a prefill past one chunk (8), a second multi-token call, then single tokens
+            stepped, caches = decode_in_chunks(model, idx, splits=(11, 16))
+            assert (full - stepped).abs().max().item() <= 1e-4
             assert caches[0].pos == 30
 
 

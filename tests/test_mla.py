@@ -12,7 +12,8 @@ import sys
 import pytest
 import torch
 
-from helpers import POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, tiny_model_kwargs, train_args
+from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, decode_in_chunks,
+                     tiny_model_kwargs, train_args)
 from attention.cache import KVCache, LatentCache
 from model import GPT, GPTConfig
 import train
@@ -106,14 +107,6 @@ def test_training_forward_matches_paper_reference(pos_encoding, kw):
 
 # ---------------------------------------------------------------- decoding
 
-def chunked_decode(model, idx):
-    """Prefill 7 tokens, then a 5-token chunk, then one token at a time."""
-    caches = model.init_caches(idx.size(0), 32)
-    steps = [model(idx[:, :7], caches=caches)[0], model(idx[:, 7:12], caches=caches)[0]]
-    steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(12, idx.size(1))]
-    return torch.cat(steps, dim=1), caches
-
-
 @pytest.mark.parametrize("pos_encoding,kw", [(p, {}) for p in POS_ENCODINGS] + [
     ("rope", dict(q_lora_rank=16, bias=True)),
     ("alibi", dict(kv_lora_rank=12, dropout=0.1)),   # dropout: eval() must switch it off
@@ -123,8 +116,8 @@ def test_absorbed_and_expanded_decoding_equal_full_forward(pos_encoding, kw):
     expanded = expanded_twin(absorbed)
     idx = torch.randint(0, 65, (2, 30))
     full, _ = absorbed(idx)
-    got_a, caches_a = chunked_decode(absorbed, idx)
-    got_e, caches_e = chunked_decode(expanded, idx)
+    got_a, caches_a = decode_in_chunks(absorbed, idx)
+    got_e, caches_e = decode_in_chunks(expanded, idx)
     assert isinstance(caches_a[0], LatentCache) and isinstance(caches_e[0], KVCache)
     assert (got_a - got_e).abs().max().item() <= 1e-4
     assert (full - got_a).abs().max().item() <= 1e-4
@@ -146,10 +139,10 @@ def test_triton_kernel_runs_both_forms():
     model = make_model("rope", n_layer=1)
     idx = torch.randint(0, 65, (1, 12))
     want, _ = model(idx)
-    want_steps, _ = chunked_decode(model, idx)
+    want_steps, _ = decode_in_chunks(model, idx)
     model.h[0].attn.attn_impl = "triton"
     got, _ = model(idx)
-    got_steps, _ = chunked_decode(model, idx)
+    got_steps, _ = decode_in_chunks(model, idx)
     assert (got - want).abs().max().item() <= 1e-4
     assert (got_steps - want_steps).abs().max().item() <= 1e-4
 

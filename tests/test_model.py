@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from helpers import ATTENTIONS, POS_ENCODINGS, reference_qkv_attention, tiny_model_kwargs
+from helpers import ATTENTIONS, POS_ENCODINGS, decode_in_chunks, reference_qkv_attention, tiny_model_kwargs
 from model import GPT, GPTConfig
 
 COMBOS = list(itertools.product(ATTENTIONS, POS_ENCODINGS))
@@ -27,11 +27,8 @@ def test_cached_decoding_equals_full_forward(attention, pos_encoding):
     model = make_model(attention, pos_encoding)
     idx = torch.randint(0, 65, (2, 30))
     full, _ = model(idx)
-    caches = model.init_caches(2, 32)
-    steps = [model(idx[:, :7], caches=caches)[0]]              # prefill of 7 tokens
-    steps += [model(idx[:, 7:12], caches=caches)[0]]           # a second multi-token chunk
-    steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(12, 30)]
-    assert (full - torch.cat(steps, dim=1)).abs().max().item() <= 1e-4
+    stepped, _ = decode_in_chunks(model, idx)                  # prefill 7, then 5, then single tokens
+    assert (full - stepped).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("attention,pos_encoding", COMBOS)

@@ -19,7 +19,8 @@ import sys
 import pytest
 import torch
 
-from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, reference_qkv_attention,
+from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, decode_in_chunks,
+                     reference_qkv_attention,
                      tiny_model_kwargs, train_args)
 from model import GPT, GPTConfig
 
@@ -176,11 +177,8 @@ def test_cached_decoding_equals_full_forward(pos_encoding, n_kv_head):
     model = make_model(pos_encoding, n_kv_head=n_kv_head)
     idx = torch.randint(0, 65, (2, 30))
     full, _ = model(idx)
-    caches = model.init_caches(2, 32)
-    steps = [model(idx[:, :7], caches=caches)[0]]              # prefill of 7 tokens
-    steps += [model(idx[:, 7:12], caches=caches)[0]]           # a second multi-token chunk
-    steps += [model(idx[:, t:t + 1], caches=caches)[0] for t in range(12, 30)]
-    assert (full - torch.cat(steps, dim=1)).abs().max().item() <= 1e-4
+    stepped, _ = decode_in_chunks(model, idx)                  # prefill 7, then 5, then single tokens
+    assert (full - stepped).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "none"])
