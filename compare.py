@@ -64,8 +64,11 @@ def main():
         ax_time.plot([r["elapsed_s"] for r in log], [r["val_loss"] for r in log], marker=".", label=label)
     ax_iter.set(xlabel="iteration", ylabel="validation loss", title="val loss vs iterations")
     ax_time.set(xlabel="wall time (s)", title="val loss vs wall time")
+    later = [r["val_loss"] for _, _, log in runs for r in log if r["iter"] > 0]
     for ax in (ax_iter, ax_time):
         ax.grid(alpha=0.3)
+        if later:  # the loss at iteration 0 (ln vocab) would flatten the curves that matter
+            ax.set_ylim(min(later) - 0.05, max(later) + 0.05)
     ax_iter.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "report.png"), dpi=120)
