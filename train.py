@@ -54,7 +54,7 @@ class TrainConfig:
     lr_decay_iters: int = 2000
     min_lr: float = 6e-5
     # system
-    backend: str = "nccl"         # DDP backend under torchrun
+    backend: str = "nccl"         # DDP backend under torchrun on GPUs (CPU ranks use gloo)
     device: str = "auto"          # auto (cuda if present) | cpu | cuda | cuda:N | mps
     dtype: str = "auto"           # auto (bfloat16 on CUDA if supported, else float32) | float32 | bfloat16 | float16
     compile: bool = False
@@ -108,17 +108,21 @@ def main(argv=None):
 
     # ---- distributed setup (torchrun sets RANK) ----
     ddp = int(os.environ.get("RANK", -1)) != -1
+    device = tc.device if tc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if ddp:
-        from torch.distributed import init_process_group
-        init_process_group(backend=tc.backend)
         rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-        device = f"cuda:{local_rank}"
-        torch.cuda.set_device(device)
-        assert tc.gradient_accumulation_steps % world == 0, "gradient_accumulation_steps must divide by the world size"
+        if tc.gradient_accumulation_steps % world:
+            fail(f"gradient_accumulation_steps={tc.gradient_accumulation_steps} (the total over all ranks) "
+                 f"must be a multiple of the {world} ranks")
         tc.gradient_accumulation_steps //= world
+        from torch.distributed import init_process_group
+        if device.startswith("cuda"):  # one GPU per rank
+            device = f"cuda:{local_rank}"
+            torch.cuda.set_device(device)
+        # NCCL is GPU-only: ranks on CPU (e.g. a laptop check of a DDP setup) talk over gloo
+        init_process_group(backend=tc.backend if device.startswith("cuda") else "gloo")
     else:
         rank, world = 0, 1
-        device = tc.device if tc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     master = rank == 0
     device_type = "cuda" if "cuda" in device else device
     if device_type == "cuda" and not torch.cuda.is_available():
@@ -190,7 +194,7 @@ def main(argv=None):
         model = torch.compile(model)
     if ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(model, device_ids=[local_rank])
+        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
     n_params = raw_model.num_params()
     kv_bytes = raw_model.cache_elems_per_token() * ptdtype.itemsize
 
