@@ -1,0 +1,60 @@
+"""The contract every registered variant keeps, whatever its attention: for each variant in
+attention.VARIANTS and each position encoding it accepts, cached decoding equals the full
+forward, and the cache measured from its tensors grows by exactly the formula per token.
+A new variant is covered as soon as it is registered (and must be listed here)."""
+import pytest
+import torch
+
+from attention import VARIANTS
+from helpers import POS_ENCODINGS, decode_in_chunks, tiny_model_kwargs
+from model import GPT, GPTConfig
+
+VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
+                  "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8)}
+
+
+def accepted(attention, pos_encoding):
+    try:
+        GPTConfig(**tiny_model_kwargs(attention=attention, pos_encoding=pos_encoding, **VARIANT_KWARGS[attention]))
+        return True
+    except ValueError:
+        return False
+
+
+CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS if accepted(a, p)]
+
+
+def make_model(attention, pos_encoding):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**tiny_model_kwargs(attention=attention, pos_encoding=pos_encoding,
+                                              **VARIANT_KWARGS[attention]))).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def test_every_registered_variant_is_checked():
+    assert set(VARIANTS) == set(VARIANT_KWARGS)
+    assert len(CASES) >= 20  # gla refuses alibi and learned; the others take all four
+
+
+@pytest.mark.parametrize("attention,pos_encoding", CASES)
+def test_cached_decoding_equals_full_forward(attention, pos_encoding):
+    model = make_model(attention, pos_encoding)
+    idx = torch.randint(0, 65, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full, _ = model(idx)
+        stepped, caches = decode_in_chunks(model, idx)
+    assert (full - stepped).abs().max().item() <= 1e-4
+    assert all(c.pos == 30 for c in caches)
+
+
+@pytest.mark.parametrize("attention", VARIANT_KWARGS)
+def test_measured_cache_growth_equals_formula(attention):
+    model = make_model(attention, "rope")
+    sizes = {n: sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16)) for n in (8, 24)}
+    per_token = (sizes[24] - sizes[8]) / 16
+    assert per_token == model.cache_elems_per_token() * 2              # bf16
+    constant = sizes[8] - 8 * per_token                                 # what does not grow
+    assert constant == model.cache_state_elems() * 4                    # fp32 states (GLA), else 0
