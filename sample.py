@@ -91,19 +91,20 @@ def main(argv=None):
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]
     for s in range(args.num_samples):
         sys.stdout.write(start)
-        new_ids, printed, t0 = [], "", time.time()
+        pending, n_new, t0 = [], 0, time.time()  # pending: ids not printed yet
         for next_id in model.generate_stream(x, args.max_new_tokens, temperature=args.temperature,
                                              top_k=args.top_k or None, top_p=args.top_p, generator=generator,
                                              use_cache=not args.no_cache, max_context=args.max_context or None):
-            new_ids.append(next_id.item())
-            text = tokenizer.decode(new_ids)
-            if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
-                sys.stdout.write(text[len(printed):])
+            pending.append(next_id.item())
+            n_new += 1
+            text = tokenizer.decode(pending)
+            if not text.endswith("\ufffd"):  # else wait for the rest of a multi-byte character
+                sys.stdout.write(text)
                 sys.stdout.flush()
-                printed = text
-        sys.stdout.write(tokenizer.decode(new_ids)[len(printed):] + "\n---------------\n")
+                pending = []
+        sys.stdout.write(tokenizer.decode(pending) + "\n---------------\n")
         dt = time.time() - t0
-        print(f"sample {s + 1}: {len(new_ids)} tokens in {dt:.2f}s ({len(new_ids) / dt:.1f} tokens/s, "
+        print(f"sample {s + 1}: {n_new} tokens in {dt:.2f}s ({n_new / dt:.1f} tokens/s, "
               f"{'no cache' if args.no_cache else 'kv cache'})", file=sys.stderr)
 
 
