@@ -238,9 +238,9 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
     def flops_per_token(self) -> float:
-        """Training FLOPs per token (PaLM appendix B): 6N + 12 * L * H * D * T."""
-        c = self.config
-        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
+        """Training FLOPs per token (PaLM appendix B): 6N for the weights plus each layer's
+        attention (12 * H * D * T for softmax over T keys; less for sparse and linear)."""
+        return 6 * self.num_params() + sum(b.attn.attn_flops_per_token(self.config.block_size) for b in self.h)
 
     def estimate_mfu(self, tokens_per_sec: float, device: torch.device):
         """Model FLOPs utilization against the device's bf16 dense peak; None when unknown (CPU)."""

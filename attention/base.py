@@ -34,6 +34,12 @@ class Attention(nn.Module):
     def cache_elems_per_token(self) -> int:
         raise NotImplementedError
 
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs (forward + backward = 3x forward) per token of the attention itself,
+        beyond the weight matmuls that 6N counts: for MFU. Softmax over all seq_len keys
+        (PaLM's convention, causal half not subtracted): q.k and p.v, 2*D each per key and head."""
+        return 3 * 4 * self.n_head * self.head_dim * seq_len
+
 
 class QKVAttention(Attention):
     """Shared by the variants that project x to per-head q and per-KV-head k, v (MHA family,

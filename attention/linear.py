@@ -287,6 +287,12 @@ class GatedLinearAttention(Attention):
         """One fp32 state per KV head; max_len is not needed (the state never grows)."""
         return StateCache((batch_size, self.n_kv_head, self.head_dim, self.head_dim), device)
 
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        """Chunked form per token: q.k and A.v within its chunk (2*D*chunk each), q.S and the
+        state update k^T v (2*D*D per query head / per KV head)."""
+        D, C = self.head_dim, min(self.chunk, seq_len)
+        return 3 * (4 * self.n_head * D * C + 2 * (self.n_head + self.n_kv_head) * D * D)
+
     def cache_elems_per_token(self) -> int:
         return 0  # constant state: see cache_state_elems
 

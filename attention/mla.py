@@ -198,6 +198,10 @@ class MultiHeadLatentAttention(Attention):
         return KVCache(batch_size, self.n_head, max_len, self.head_dim + self.rope_head_dim, self.head_dim,
                        device, dtype)
 
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        """Training runs the expanded form: q.k over d_h + d_r, p.v over d_h."""
+        return 3 * 2 * self.n_head * (2 * self.head_dim + self.rope_head_dim) * seq_len
+
     def cache_elems_per_token(self) -> int:
         if self.mla_decode == "absorbed":
             return self.kv_lora_rank + self.rope_head_dim

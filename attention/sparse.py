@@ -145,6 +145,11 @@ class BlockSparseAttention(QKVAttention):
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="sdpa")
         return self.output(y)
 
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        """The gathered path scores every key of the selected blocks (masked ones included)."""
+        n = self._max_selected[min(len(self._max_selected), -(-seq_len // self.sparse_block)) - 1]
+        return super().attn_flops_per_token(min(seq_len, n * self.sparse_block))
+
     # ---- the token-level mask and the dense path (reference and decoding) ----
     def token_keep(self, q_pos, k_pos):
         """bool (Tq, Tk): key j is in one of the blocks selected for query i's block,
