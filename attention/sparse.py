@@ -26,9 +26,10 @@ the layout it was trained with. `block_idx` (n_blocks, max_selected) / `block_co
 block-sparse kernel consumes; they are derived from `layout` and refreshed on load.
 
 Paths (all compute the same function):
-- training (no cache, attn_impl auto|sdpa|triton): gather the selected K/V blocks per
-  query block and run a masked softmax over them: work and memory O(T * selected keys).
-  (No Triton block-sparse kernel is wired in yet; triton takes this path too.)
+- training (no cache, attn_impl auto|sdpa): gather the selected K/V blocks per query
+  block and run a masked softmax over them: work and memory O(T * selected keys).
+- training with the Triton kernel (attn_impl triton, or auto on CUDA; sparse_block >= 16,
+  no attention dropout): kernels/flash_attn.py visits only the layout's key blocks.
 - dense reference (attn_impl=naive): full attention with the token mask, via `attend`.
 - decoding (with a KVCache): `attend` over the cached keys with the token mask derived
   from the layout and the positions. The cache keeps every key of the context (random
@@ -51,7 +52,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.base import QKVAttention, attend
+from attention.base import QKVAttention, attend, resolve_impl
 from attention.positional import alibi_bias
 
 
@@ -137,8 +138,15 @@ class BlockSparseAttention(QKVAttention):
             k, v, k_pos = cache.update(k, v)
         if T > self.block_size:
             raise ValueError(f"bigbird's block layout covers block_size={self.block_size} tokens, got {T}")
-        if self.attn_impl == "naive":
+        impl = resolve_impl(self.attn_impl, x.device)
+        if impl == "naive":
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="naive")
+        elif impl == "triton" and k.size(2) == T and dropout_p == 0.0 and self.sparse_block >= 16:
+            # the flash kernel visits only the layout's key blocks (its tiles are our blocks)
+            from kernels.flash_attn import flash_attention
+            nb = -(-T // self.sparse_block)
+            y = flash_attention(q, k, v, causal=True, alibi_slopes=self.alibi_slopes,
+                                block_layout=self.layout[:nb, :nb], block_size=self.sparse_block)
         elif k.size(2) == T:  # the keys are this sequence (training, or a prefill): gather
             y = self.attend_sparse(q, k, v, dropout_p=dropout_p)
         else:                 # new tokens against a cache: the token mask over cached keys
