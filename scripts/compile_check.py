@@ -65,12 +65,12 @@ def fake_run(self, *args, grid, warmup, **kwargs):
 JITFunction.run = fake_run
 fa._KERNELS_INTERPRETED = False
 
-def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False):
+def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False, bs=64):
     q = torch.randn(B, H, Tq, d, dtype=dtype); k = torch.randn(B, Hkv, Tk, d, dtype=dtype); v = torch.randn(B, Hkv, Tk, dv, dtype=dtype)
     sl = torch.rand(H) if alibi else None
-    lists = fa._layout_lists(torch.ones(H, (Tq+63)//64, (Tk+63)//64, dtype=torch.bool), H, Tq, Tk, 64, causal, "cpu") if layout else None
-    o, lse = fa._flash_fwd(q, k, v, causal, 0.125, sl, lists, 64)
-    fa._flash_bwd(torch.randn_like(o), q, k, v, o, lse, causal, 0.125, sl, lists, 64)
+    lists = fa._layout_lists(torch.ones(H, -(-Tq // bs), -(-Tk // bs), dtype=torch.bool), H, Tq, Tk, bs, causal, "cpu") if layout else None
+    o, lse = fa._flash_fwd(q, k, v, causal, 0.125, sl, lists, bs)
+    fa._flash_bwd(torch.randn_like(o), q, k, v, o, lse, causal, 0.125, sl, lists, bs)
 
 cases = sys.argv[1] if len(sys.argv) > 1 else "main"
 if cases == "final":
@@ -80,6 +80,7 @@ if cases == "final":
     go(torch.bfloat16, 1, 4, 4, 1, 50, 64, 64, True, False)
     go(torch.bfloat16, 1, 4, 2, 128, 130, 128, 128, True, True, layout=True)
     go(torch.float16, 1, 4, 2, 128, 130, 64, 64, False, False, layout=True)
+    go(torch.bfloat16, 1, 4, 2, 100, 100, 64, 64, True, True, layout=True, bs=16)  # BigBird's small blocks
     go(torch.float32, 1, 4, 2, 100, 100, 64, 64, True, True)
     go(torch.float32, 1, 4, 2, 100, 100, 192, 160, False, False)
     cases = "none"
