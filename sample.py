@@ -57,6 +57,8 @@ def main(argv=None):
     if not os.path.exists(ckpt_path):
         fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        fail(f"--device={device} but CUDA is not available; use --device=cpu")
     start = args.start
     if start.startswith("FILE:"):
         path = start[5:]

@@ -95,6 +95,12 @@ def test_sample_rejects_prompt_outside_vocabulary(data_root, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
     r = run_script("sample.py", f"--out_dir={tmp_path / 'missing'}")
     assert r.returncode == 2 and "not found" in r.stderr
+    for bad in ("--top_p=1.5", "--num_samples=0", "--temperature=-1", "--seed=x"):
+        r = run_script("sample.py", f"--out_dir={tmp_path}", bad)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and r.stdout == "", bad
+    if not torch.cuda.is_available():
+        r = run_script("sample.py", f"--out_dir={tmp_path}", "--device=cuda")
+        assert r.returncode == 2 and "CUDA is not available" in r.stderr
 
 
 def test_ddp_on_cpu_with_torchrun(data_root, tmp_path):
