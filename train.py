@@ -97,6 +97,10 @@ def load_settings(argv):
     with open(os.path.join(data, "meta.json")) as f:
         meta = json.load(f)
     gptconf = GPTConfig(vocab_size=meta["vocab_size"], **model_cfg)
+    try:
+        os.makedirs(tc.out_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create out_dir={tc.out_dir!r} ({e.strerror}); pick a writable folder") from None
     return tc, gptconf, meta, cfg
 
 

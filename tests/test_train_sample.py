@@ -73,6 +73,7 @@ def test_greedy_sample_same_with_and_without_cache(data_root, tmp_path, capsys, 
     (["--dataset=nope"], "dataset 'nope' is missing"),
     (["--dataset=shakespeare_char", "--data_dir=/nonexistent"], "python data/shakespeare_char/prepare.py"),
     (["config/does_not_exist.py"], "not found"),
+    (["--out_dir=/dev/null/sub"], "cannot create out_dir"),
 ])
 def test_train_rejects_bad_input_in_one_line(data_root, tmp_path, args, words):
     r = run_script("train.py", "config/gqa.py", f"--data_dir={data_root}", f"--out_dir={tmp_path}", *args)
