@@ -9,6 +9,7 @@ A variant is an nn.Module built from (config, layer_idx) with
 positions decide causality and ALiBi, so the same call serves training (pos = 0..T-1),
 prefill against a cache and one-token decoding.
 """
+import functools
 import math
 import sys
 
@@ -40,20 +41,11 @@ class Attention(nn.Module):
         (PaLM's convention, causal half not subtracted): q.k and p.v, 2*D each per key and head."""
         return 3 * 4 * self.n_head * self.head_dim * seq_len
 
-
-class QKVAttention(Attention):
-    """Shared by the variants that project x to per-head q and per-KV-head k, v (MHA family,
-    BigBird): the fused projection, positions (RoPE on q/k, ALiBi slopes), the output
-    projection and a K/V cache. Subclasses write forward() from project() and output().
-
-        x (B,T,C) --c_attn--> [ q: n_head*D | k: n_kv_head*D | v: n_kv_head*D ]
-    """
-
-    def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
-        self.head_dim = config.n_embd // config.n_head
-        self.c_attn = nn.Linear(config.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=config.bias)
+    # ---- what every variant sets up and uses the same way ----
+    def setup_output_and_positions(self, config):
+        """The output projection c_proj (n_head * head_dim -> n_embd) with its dropout, and the
+        position, dropout and impl settings. Variants call it where c_proj belongs among their
+        layers: weights are initialised in registration order, so the place fixes the draw."""
         self.c_proj = nn.Linear(self.n_head * self.head_dim, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
@@ -64,6 +56,38 @@ class QKVAttention(Attention):
         else:
             self.alibi_slopes = None
 
+    def rope(self, pos, *xs):
+        """Rotate each (B, heads, T, d) tensor by RoPE at positions pos (no-op without rope)."""
+        if self.pos_encoding != "rope":
+            return xs
+        cos, sin = rope_cos_sin(pos, xs[0].size(-1), self.rope_base)
+        return tuple(apply_rope(x, cos, sin) for x in xs)
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.training else 0.0
+
+    def output(self, y):
+        """y (B, H, T, D) -> (B, T, C) through c_proj."""
+        B, H, T, D = y.shape
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, H * D)))
+
+
+class QKVAttention(Attention):
+    """Shared by the variants that project x to per-head q and per-KV-head k, v (MHA family,
+    BigBird): the fused projection with RoPE on q/k, and a K/V cache. Subclasses write
+    forward() from project() and output().
+
+        x (B,T,C) --c_attn--> [ q: n_head*D | k: n_kv_head*D | v: n_kv_head*D ]
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = config.n_embd // config.n_head
+        self.c_attn = nn.Linear(config.n_embd, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=config.bias)
+        self.setup_output_and_positions(config)
+
     def project(self, x, pos):
         """x (B, T, C) -> q (B, H, T, D), k, v (B, Hkv, T, D), RoPE applied at `pos`."""
         B, T, _ = x.shape
@@ -72,19 +96,8 @@ class QKVAttention(Attention):
         q = q.view(B, T, self.n_head, D).transpose(1, 2)
         k = k.view(B, T, self.n_kv_head, D).transpose(1, 2)
         v = v.view(B, T, self.n_kv_head, D).transpose(1, 2)
-        if self.pos_encoding == "rope":
-            cos, sin = rope_cos_sin(pos, D, self.rope_base)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = self.rope(pos, q, k)
         return q, k, v
-
-    def output(self, y):
-        """y (B, H, T, D) -> (B, T, C)."""
-        B, H, T, D = y.shape
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, H * D)))
-
-    @property
-    def attn_dropout(self) -> float:
-        return self.dropout if self.training else 0.0
 
     def init_cache(self, batch_size, max_len, device, dtype):
         return KVCache(batch_size, self.n_kv_head, max_len, self.head_dim, self.head_dim, device, dtype)
@@ -108,6 +121,7 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     return impl
 
 
+@functools.cache
 def _has_triton_kernel() -> bool:
     try:
         import kernels.flash_attn  # noqa: F401

@@ -33,7 +33,6 @@ import torch.nn.functional as F
 
 from attention.base import Attention
 from attention.cache import StateCache
-from attention.positional import apply_rope, rope_cos_sin
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
 GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/16) ~ 0.958)
@@ -232,11 +231,8 @@ class GatedLinearAttention(Attention):
         # Linear attention's output has no softmax bounding its scale; the per-head
         # RMSNorm (weights shared by the heads, as in flash-linear-attention) restores it.
         self.o_norm = nn.RMSNorm(D, eps=1e-5)
-        self.c_proj = nn.Linear(H * D, config.n_embd, bias=config.bias)
-        self.resid_dropout = nn.Dropout(config.dropout)
+        self.setup_output_and_positions(config)
         self.feature_map, self.chunk = config.gla_feature_map, config.gla_chunk
-        self.pos_encoding, self.rope_base = config.pos_encoding, config.rope_base
-        self.attn_impl = config.attn_impl
 
     @classmethod
     def check_config(cls, config):
@@ -260,9 +256,7 @@ class GatedLinearAttention(Attention):
         v = v.view(B, T, Hkv, D).transpose(1, 2)
         if self.feature_map == "elu":
             q, k = F.elu(q) + 1, F.elu(k) + 1
-        if self.pos_encoding == "rope":  # after phi, so q.k keeps RoPE's relative-position form
-            cos, sin = rope_cos_sin(pos, D, self.rope_base)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = self.rope(pos, q, k)  # after phi, so q.k keeps RoPE's relative-position form
         g = None
         if self.gk_proj is not None:
             g = (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)

@@ -47,7 +47,6 @@ import torch.nn as nn
 
 from attention.base import Attention, attend, resolve_impl
 from attention.cache import KVCache, LatentCache
-from attention.positional import alibi_slopes, apply_rope, rope_cos_sin
 
 DECODE_MODES = ("absorbed", "expanded")
 TRITON_MAX_HEAD_DIM = 256   # kernels/flash_attn.py refuses larger head dims
@@ -102,17 +101,9 @@ class MultiHeadLatentAttention(Attention):
         self.kv_norm = nn.RMSNorm(d_c, eps=NORM_EPS)
         self.k_up = nn.Linear(d_c, H * d_h, bias=False)
         self.v_up = nn.Linear(d_c, H * d_h, bias=False)
-        self.c_proj = nn.Linear(H * d_h, C, bias=config.bias)
-        self.resid_dropout = nn.Dropout(config.dropout)
-        self.dropout = config.dropout
+        self.setup_output_and_positions(config)
         # The paper's scale: the score is a dot product over d_h + d_r dims, whichever form computes it.
         self.scale = 1.0 / math.sqrt(d_h + d_r)
-        self.pos_encoding, self.rope_base = config.pos_encoding, config.rope_base
-        self.attn_impl = config.attn_impl
-        if config.pos_encoding == "alibi":
-            self.register_buffer("alibi_slopes", alibi_slopes(H), persistent=False)
-        else:
-            self.alibi_slopes = None
 
     # ---- the pieces both forms share ----
     def _queries(self, x, pos):
@@ -121,16 +112,14 @@ class MultiHeadLatentAttention(Attention):
         q = self.q_up(self.q_norm(self.q_down(x))) if self.q_lora_rank > 0 else self.q_proj(x)
         q = q.view(B, T, self.n_head, self.head_dim + self.rope_head_dim).transpose(1, 2)
         q_nope, q_rope = q.split([self.head_dim, self.rope_head_dim], dim=-1)
-        if self.rope_head_dim:
-            q_rope = apply_rope(q_rope, *rope_cos_sin(pos, self.rope_head_dim, self.rope_base))
+        q_rope, = self.rope(pos, q_rope)
         return q_nope, q_rope
 
     def _latent(self, x, pos):
         """x (B,T,C) -> c_kv (B,T,d_c) normalized, k_rope (B,T,d_r) with RoPE applied: what the
         absorbed cache stores. RoPE goes on before caching, at the token's absolute position."""
         c_kv, k_rope = self.kv_down(x).split([self.kv_lora_rank, self.rope_head_dim], dim=-1)
-        if self.rope_head_dim:
-            k_rope = apply_rope(k_rope, *rope_cos_sin(pos, self.rope_head_dim, self.rope_base))
+        k_rope, = self.rope(pos, k_rope)
         return self.kv_norm(c_kv), k_rope
 
     def _impl(self, device, qk_dim):
@@ -140,15 +129,13 @@ class MultiHeadLatentAttention(Attention):
         return "sdpa" if impl == "triton" and qk_dim > TRITON_MAX_HEAD_DIM else impl
 
     def forward(self, x, pos, cache=None):
-        B, T, _ = x.shape
         q_nope, q_rope = self._queries(x, pos)
         c_kv, k_rope = self._latent(x, pos)
         if cache is not None and self.mla_decode == "absorbed":
             y = self._absorbed(q_nope, q_rope, c_kv, k_rope, pos, cache)
         else:
             y = self._expanded(q_nope, q_rope, c_kv, k_rope, pos, cache)
-        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)
-        return self.resid_dropout(self.c_proj(y))
+        return self.output(y)
 
     def _expanded(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
         """Per-head keys and values (training, and decoding with a KVCache). Returns (B,H,T,d_h)."""
@@ -161,8 +148,7 @@ class MultiHeadLatentAttention(Attention):
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
         return attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
-                      dropout_p=self.dropout if self.training else 0.0,
-                      impl=self._impl(q.device, q.size(-1)))
+                      dropout_p=self.attn_dropout, impl=self._impl(q.device, q.size(-1)))
 
     def _absorbed(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
         """Attention on the cached latent (LatentCache). Returns (B,H,T,d_h).
@@ -173,10 +159,9 @@ class MultiHeadLatentAttention(Attention):
             v' = their c_kv part                    (B, 1, Tk, d_c)
             attend -> a_h (B,H,T,d_c) = sum_j p_hj c_j  -> out_h = W_UV_h a_h (B,H,T,d_h)
 
-        Speed note: on CPU (torch 2.13) both of attend's PyTorch paths copy the one KV head
-        for every query head (SDPA's enable_gqa repeats it; the naive path's broadcast matmul
-        expands it), which costs more than the attention itself at long contexts; see
-        scripts/bench_mla.py.
+        Speed note: on CPU at batch 1 this form does ~(d_c + d_r)/(d_h + d_r) times the
+        multiply-adds of the expanded one per cached token, so it saves memory, not time;
+        see scripts/bench_mla.py.
         """
         H, d_h, d_c = self.n_head, self.head_dim, self.kv_lora_rank
         w_uk = self.k_up.weight.view(H, d_h, d_c)                        # rows of head h: W_UK_h (d_h, d_c)
@@ -185,8 +170,7 @@ class MultiHeadLatentAttention(Attention):
         latent, k_pos = cache.update(torch.cat([c_kv, k_rope], dim=-1))  # (B,Tk,d_c+d_r), (Tk,)
         k, v = latent[:, None], latent[:, None, :, :d_c]                 # views of the cache, no copy
         a = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
-                   dropout_p=self.dropout if self.training else 0.0,
-                   impl=self._impl(q.device, q.size(-1)))                # (B,H,T,d_c)
+                   dropout_p=self.attn_dropout, impl=self._impl(q.device, q.size(-1)))   # (B,H,T,d_c)
         return torch.einsum("bhtc,hdc->bhtd", a, w_uv)
 
     # ---- decoding caches ----

@@ -83,3 +83,9 @@ def decode_in_chunks(model, idx, splits=(7, 12)):
     bounds = [0, *splits, *range(splits[-1] + 1, idx.size(1) + 1)]
     logits = [model(idx[:, a:b], caches=caches)[0] for a, b in zip(bounds, bounds[1:])]
     return torch.cat(logits, dim=1), caches
+
+
+def set_attn_impl(model, impl):
+    """Switch every layer of a built model to another attn_impl (e.g. naive, the reference)."""
+    for block in model.h:
+        block.attn.attn_impl = impl

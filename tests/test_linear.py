@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import assert_sampling_same_with_and_without_cache, decode_in_chunks, tiny_model_kwargs, train_args
+from helpers import (assert_sampling_same_with_and_without_cache, decode_in_chunks, set_attn_impl, tiny_model_kwargs,
+                     train_args)
 from attention import linear
 from attention.linear import GATE_NORMALIZER, chunk_gla, naive_recurrent_gla, recurrent_gla_step
 from model import GPT, GPTConfig
@@ -266,8 +267,7 @@ def test_cached_decoding_equals_full_forward(pos_encoding, gla_gate, feature_map
     with torch.no_grad():
         full, _ = model(idx)
         for impl in ("auto", "naive"):  # the chunked and the naive loop for multi-token calls
-            for block in model.h:
-                block.attn.attn_impl = impl
+            set_attn_impl(model, impl)
             # a prefill past one chunk (8), a second multi-token call, then single tokens
             stepped, caches = decode_in_chunks(model, idx, splits=(11, 16))
             assert (full - stepped).abs().max().item() <= 1e-4

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from helpers import ATTENTIONS, POS_ENCODINGS, decode_in_chunks, reference_qkv_attention, tiny_model_kwargs
+from helpers import ATTENTIONS, POS_ENCODINGS, decode_in_chunks, reference_qkv_attention, set_attn_impl, tiny_model_kwargs
 from model import GPT, GPTConfig
 
 COMBOS = list(itertools.product(ATTENTIONS, POS_ENCODINGS))
@@ -36,8 +36,7 @@ def test_attn_impls_agree(attention, pos_encoding):
     model = make_model(attention, pos_encoding)
     idx = torch.randint(0, 65, (2, 30))
     sdpa, _ = model(idx)
-    for block in model.h:
-        block.attn.attn_impl = "naive"
+    set_attn_impl(model, "naive")
     naive, _ = model(idx)
     assert (sdpa - naive).abs().max().item() <= 1e-5
 

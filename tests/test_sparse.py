@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, decode_in_chunks,
-                     reference_qkv_attention,
+                     reference_qkv_attention, set_attn_impl,
                      tiny_model_kwargs, train_args)
 from model import GPT, GPTConfig
 
@@ -163,8 +163,7 @@ def test_naive_impl_is_the_dense_masked_path():
     model = make_model("alibi", n_kv_head=2)
     idx = torch.randint(0, 65, (2, 30))
     sparse, _ = model(idx)
-    for block in model.h:
-        block.attn.attn_impl = "naive"
+    set_attn_impl(model, "naive")
     naive, _ = model(idx)
     assert (sparse - naive).abs().max().item() <= 1e-5
 
