@@ -18,14 +18,9 @@ import time
 
 import torch
 
-from configurator import ConfigError, parse_config
+from configurator import ConfigError, fail
 from model import GPT, GPTConfig
-from train import MODEL_KEYS, TRAIN_KEYS, TrainConfig
-
-
-def fail(msg):
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
+from train import MODEL_KEYS, parse_keys
 
 
 def median_time(fn, repeats):
@@ -42,8 +37,7 @@ def cache_bytes(model, length, dtype):
 
 
 def bench_variant(path, args, device):
-    defaults = {**{k: getattr(TrainConfig, k) for k in TRAIN_KEYS}, **{k: getattr(GPTConfig, k) for k in MODEL_KEYS}}
-    cfg = parse_config([path, *args.overrides], {**TRAIN_KEYS, **MODEL_KEYS}, defaults)
+    cfg = parse_keys([path, *args.overrides])
     config = GPTConfig(vocab_size=args.vocab_size, **{k: cfg[k] for k in MODEL_KEYS})
     torch.manual_seed(0)
     model = GPT(config).to(device)

@@ -10,10 +10,7 @@ import json
 import os
 import sys
 
-
-def fail(msg):
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
+from configurator import fail
 
 
 def load_run(run_dir):

@@ -7,10 +7,17 @@ raised as ConfigError with a one-line message; the scripts print it and exit 2.
 """
 import ast
 import os
+import sys
 
 
 class ConfigError(ValueError):
     pass
+
+
+def fail(msg):
+    """A user mistake: one line on stderr and exit status 2 (used by every script)."""
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _check_type(key, value, typ, raw):

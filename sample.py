@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from configurator import fail
 from model import GPT, GPTConfig
 from tokenizer import TokenizerError, load_tokenizer
 
@@ -20,11 +21,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2
         print(f"error: {message}; see python sample.py --help", file=sys.stderr)
         sys.exit(2)
-
-
-def fail(msg):
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
 
 
 def parse_args(argv=None):

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 import torch
 
-from configurator import ConfigError, parse_config
+from configurator import ConfigError, fail, parse_config
 from model import GPT, GPTConfig
 
 
@@ -65,15 +65,15 @@ MODEL_KEYS = {f.name: f.type for f in fields(GPTConfig) if f.name != "vocab_size
 TRAIN_KEYS = {f.name: f.type for f in fields(TrainConfig)}
 
 
-def fail(msg):
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
+def parse_keys(argv) -> dict:
+    """Config files and --key=value overrides -> every train and model key (type-checked)."""
+    defaults = {**asdict(TrainConfig()), **{k: getattr(GPTConfig, k) for k in MODEL_KEYS}}
+    return parse_config(argv, {**TRAIN_KEYS, **MODEL_KEYS}, defaults)
 
 
 def load_settings(argv):
     """Parse, then validate everything (model shape included) before any work."""
-    defaults = {**asdict(TrainConfig()), **{k: getattr(GPTConfig, k) for k in MODEL_KEYS}}
-    cfg = parse_config(argv, {**TRAIN_KEYS, **MODEL_KEYS}, defaults)
+    cfg = parse_keys(argv)
     tc = TrainConfig(**{k: cfg[k] for k in TRAIN_KEYS})
     if tc.init_from not in ("scratch", "resume"):
         raise ConfigError(f"init_from={tc.init_from!r}; choose scratch or resume")
