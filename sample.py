@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from attention.base import check_impl_runs_on
 from configurator import fail
 from model import GPT, GPTConfig
 from tokenizer import TokenizerError, load_tokenizer
@@ -65,14 +66,13 @@ def main(argv=None):
     if not start:
         fail("the prompt is empty; pass --start with at least one token")
 
-    if args.attn_impl == "triton" and not device.startswith("cuda") and os.environ.get("TRITON_INTERPRET") != "1":
-        fail("--attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 or use sdpa")
     ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
     model_args = dict(ckpt["model_args"])
     if args.attn_impl:
         model_args["attn_impl"] = args.attn_impl
     try:
         config = GPTConfig.from_dict(model_args)
+        check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
         tokenizer = load_tokenizer(ckpt["meta"])
         prompt = tokenizer.encode(start)
     except (TokenizerError, ValueError) as e:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from configurator import ConfigError, fail, parse_config
+from attention.base import check_impl_runs_on
 from model import GPT, GPTConfig
 
 
@@ -85,9 +86,7 @@ def load_settings(argv):
     model_cfg = {k: cfg[k] for k in MODEL_KEYS}
     GPTConfig(vocab_size=1, **model_cfg)  # shapes first: a bad model config fails before the data is looked at
     on_cuda = tc.device.startswith("cuda") or (tc.device == "auto" and torch.cuda.is_available())
-    if cfg["attn_impl"] == "triton" and not on_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ConfigError("attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 "
-                          "(slow, for tests) or use attn_impl=sdpa")
+    check_impl_runs_on(cfg["attn_impl"], "cuda" if on_cuda else "cpu")
     data = os.path.join(tc.data_dir, tc.dataset)
     missing = [f for f in ("train.bin", "val.bin", "meta.json") if not os.path.exists(os.path.join(data, f))]
     if missing:

@@ -11,6 +11,7 @@ prefill against a cache and one-token decoding.
 """
 import functools
 import math
+import os
 import sys
 
 import torch
@@ -119,6 +120,13 @@ def resolve_impl(impl: str, device: torch.device) -> str:
         print("note: attn_impl=triton on CPU runs the kernel under Triton's interpreter "
               "(TRITON_INTERPRET=1): correct but slow", file=sys.stderr)
     return impl
+
+
+def check_impl_runs_on(impl: str, device_type: str):
+    """One-line ValueError, before any work, when attn_impl=triton cannot run on this device."""
+    if impl == "triton" and device_type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 "
+                         "(slow, for tests) or use attn_impl=sdpa")
 
 
 @functools.cache

@@ -47,8 +47,17 @@ def test_triton_training_matches_sdpa(kw):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter check is for CPU-only machines")
-def test_train_refuses_triton_on_cpu_without_interpreter(tmp_path):
+def test_train_and_sample_refuse_triton_on_cpu_without_interpreter(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "train.py", "config/gqa.py", "--attn_impl=triton", "--device=cpu",
                         f"--out_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "TRITON_INTERPRET=1" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # a checkpoint trained with attn_impl=triton (as on a GPU), sampled on a CPU without the interpreter
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=8, vocab_size=3, n_layer=1, n_head=2, n_embd=32, attn_impl="triton")
+    meta = {"vocab_size": 3, "dtype": "uint16", "tokenizer": "char", "chars": ["a", "b", "c"]}
+    torch.save({"model": GPT(cfg).state_dict(), "model_args": cfg.to_dict(), "meta": meta}, tmp_path / "ckpt.pt")
+    r = subprocess.run([sys.executable, "sample.py", f"--out_dir={tmp_path}", "--start=ab", "--device=cpu"],
+                       cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "TRITON_INTERPRET=1" in r.stderr and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1
