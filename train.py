@@ -3,6 +3,7 @@
     python train.py config/gqa.py                       # a config file, then overrides
     python train.py config/gqa.py --batch_size=32 --device=cpu
     torchrun --standalone --nproc_per_node=8 train.py config/owt_gpt2_124m.py   # DDP
+    torchrun --standalone --nproc_per_node=8 train.py config/owt_gpt2_124m.py --strategy=fsdp
 
 Writes to out_dir: ckpt.pt (latest, at every eval), log.jsonl (one line per eval) and
 summary.json (at the end). init_from=resume continues from out_dir/ckpt.pt.
@@ -18,6 +19,8 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
+
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from configurator import ConfigError, fail, parse_config
 from attention.base import check_impl_runs_on
@@ -55,7 +58,10 @@ class TrainConfig:
     lr_decay_iters: int = 2000
     min_lr: float = 6e-5
     # system
-    backend: str = "nccl"         # DDP backend under torchrun on GPUs (CPU ranks use gloo)
+    backend: str = "nccl"         # process-group backend under torchrun on GPUs (CPU ranks use gloo)
+    strategy: str = "ddp"         # under torchrun: ddp (every rank holds the whole model and optimizer) |
+                                  # fsdp (FSDP2: weights, grads and AdamW state sharded across ranks,
+                                  # each Block gathered in param dtype for its forward/backward)
     device: str = "auto"          # auto (cuda if present) | cpu | cuda | cuda:N | mps
     dtype: str = "auto"           # auto (bfloat16 on CUDA if supported, else float32) | float32 | bfloat16 | float16
     compile: bool = False
@@ -78,6 +84,8 @@ def load_settings(argv):
     tc = TrainConfig(**{k: cfg[k] for k in TRAIN_KEYS})
     if tc.init_from not in ("scratch", "resume"):
         raise ConfigError(f"init_from={tc.init_from!r}; choose scratch or resume")
+    if tc.strategy not in ("ddp", "fsdp"):
+        raise ConfigError(f"strategy={tc.strategy!r}; choose ddp or fsdp")
     if tc.dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise ConfigError(f"dtype={tc.dtype!r}; choose auto, float32, bfloat16 or float16")
     for key in ("eval_interval", "log_interval", "eval_iters", "batch_size", "gradient_accumulation_steps"):
@@ -127,6 +135,7 @@ def main(argv=None):
     else:
         rank, world = 0, 1
     master = rank == 0
+    fsdp = ddp and tc.strategy == "fsdp"
     device_type = "cuda" if "cuda" in device else device
     if device_type == "cuda" and not torch.cuda.is_available():
         fail("device=cuda but CUDA is not available; use --device=cpu")
@@ -134,11 +143,10 @@ def main(argv=None):
         "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     autocast = nullcontext() if device_type == "cpu" or dtype == "float32" else torch.autocast(device_type, dtype=ptdtype)
-    torch.manual_seed(tc.seed + rank)  # dropout
-    # Batches come from their own generators: each rank draws different training windows,
-    # and every evaluation reads the same windows, so losses are comparable across evals.
-    train_gen = torch.Generator().manual_seed(tc.seed + rank)
-    eval_gen = torch.Generator()
+    # Batches come from their own generators: training batch number n of rank r is a function
+    # of (seed, r, n) alone, so a resumed run draws exactly the batches of an uninterrupted one
+    # on every rank; every evaluation reads the same windows, so losses compare across evals.
+    batch_gen, eval_gen = torch.Generator(), torch.Generator()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 
@@ -163,12 +171,7 @@ def main(argv=None):
         if n <= gptconf.block_size:
             fail(f"{split}.bin holds {n} tokens, not more than block_size={gptconf.block_size}; lower block_size")
 
-    pending_batch_gen_state = None  # the train generator's state before the batch in flight
-
-    def get_batch(split, gen=train_gen):
-        nonlocal pending_batch_gen_state
-        if gen is train_gen:
-            pending_batch_gen_state = gen.get_state()
+    def get_batch(split, gen):
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np_dtype, mode="r")
         ix = torch.randint(len(data) - gptconf.block_size, (tc.batch_size,), generator=gen)
         x = torch.stack([torch.from_numpy(data[i:i + gptconf.block_size].astype(np.int64)) for i in ix])
@@ -177,28 +180,36 @@ def main(argv=None):
             return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
         return x.to(device), y.to(device)
 
+    def train_batch(n):
+        return get_batch("train", batch_gen.manual_seed((tc.seed * 1_000_003 + rank) * 1_000_003 + n))
+
     # ---- model, optimizer ----
+    torch.manual_seed(tc.seed)  # the same initial weights on every rank (FSDP shards them as they are)
     model = GPT(gptconf).to(device)
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
+    torch.manual_seed(tc.seed + rank)  # dropout: a stream per rank
+    n_params = model.num_params()  # before sharding: counts whole tensors
+    if fsdp:
+        shard_model(model, ptdtype)
     optimizer = model.configure_optimizers(tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2), device_type)
     if checkpoint is not None:
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        torch.set_rng_state(checkpoint["rng"]["torch"].cpu())
-        if rank == 0:  # redraw the batch that was in flight when the checkpoint was written
-            train_gen.set_state(checkpoint["rng"]["train_batches"].cpu())
-        else:
-            train_gen.manual_seed(tc.seed + rank + 1000 * iter_num)
-        if device_type == "cuda" and "cuda" in checkpoint["rng"]:
-            torch.cuda.set_rng_state(checkpoint["rng"]["cuda"].cpu())
+        # full (unsharded) tensors, keyed by parameter name: the same checkpoint resumes
+        # a single process, DDP or FSDP run
+        set_state_dict(model, optimizer, model_state_dict=checkpoint["model"],
+                       optim_state_dict=checkpoint["optimizer"], options=StateDictOptions(full_state_dict=True))
+        rng = checkpoint["rng"]  # one entry per rank of the run that wrote it
+        if rank < len(rng):
+            torch.set_rng_state(rng[rank]["torch"].cpu())
+            if device_type == "cuda" and "cuda" in rng[rank]:
+                torch.cuda.set_rng_state(rng[rank]["cuda"].cpu())
+        else:  # more ranks than before: a fresh dropout stream
+            torch.manual_seed(tc.seed + rank + 1000 * iter_num)
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
     raw_model = model
     if tc.compile:
         model = torch.compile(model)
-    if ddp:
+    if ddp and not fsdp:
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
-    n_params = raw_model.num_params()
     kv_bytes = raw_model.cache_elems_per_token() * ptdtype.itemsize
 
     @torch.no_grad()
@@ -228,11 +239,20 @@ def main(argv=None):
         return tc.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (tc.learning_rate - tc.min_lr)
 
     def save_checkpoint():
-        ckpt = {"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+        """Every rank calls it: the full tensors are gathered under FSDP, and every rank's dropout
+        RNG state is collected; rank 0 writes."""
+        model_sd, optim_sd = get_state_dict(raw_model, optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        rng = [{"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})}]
+        if ddp:
+            rng = [None] * world
+            torch.distributed.all_gather_object(rng, {"torch": torch.get_rng_state(), **(
+                {"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})})
+        if not master:
+            return
+        ckpt = {"model": model_sd, "optimizer": optim_sd,
                 "model_args": gptconf.to_dict(), "config": flat_cfg, "meta": meta,
-                "iter_num": iter_num, "best_val_loss": best_val_loss,
-                "rng": {"torch": torch.get_rng_state(), "train_batches": pending_batch_gen_state,
-                        **({"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})}}
+                "iter_num": iter_num, "best_val_loss": best_val_loss, "rng": rng}
         tmp = ckpt_path + ".tmp"
         torch.save(ckpt, tmp)
         os.replace(tmp, ckpt_path)  # never a half-written ckpt.pt
@@ -253,7 +273,8 @@ def main(argv=None):
     log_file = open(os.path.join(tc.out_dir, "log.jsonl"), log_mode) if master else None
 
     # ---- training loop ----
-    X, Y = get_batch("train")
+    n_batch = iter_num * tc.gradient_accumulation_steps  # this rank's batches drawn so far
+    X, Y = train_batch(n_batch)
     start_iter, t_start = iter_num, time.time()
     train_time, train_tokens, window_t, window_iters = 0.0, 0, time.time(), 0
     last_val = None
@@ -262,33 +283,41 @@ def main(argv=None):
         for group in optimizer.param_groups:
             group["lr"] = lr
         is_eval = iter_num % tc.eval_interval == 0 or iter_num == tc.max_iters
-        if is_eval and master and not (checkpoint is not None and iter_num == start_iter):
-            t_eval = time.time()
+        if checkpoint is not None and iter_num == start_iter:
+            is_eval = False  # just resumed: evaluated and saved already
+        t_eval = time.time()
+        # under FSDP every forward is a collective: all ranks evaluate (the same windows), rank 0 logs
+        if is_eval and (master or fsdp):
             losses = estimate_loss()
             last_val = losses["val"]
             best_val_loss = min(best_val_loss, losses["val"])
             tps = train_tokens / train_time if train_time > 0 else 0.0
             record = {"iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
                       "tokens_per_sec": tps, "elapsed_s": time.time() - t_start}
-            print(f"eval {iter_num}: train {losses['train']:.4f}, val {losses['val']:.4f}")
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
+            if master:
+                print(f"eval {iter_num}: train {losses['train']:.4f}, val {losses['val']:.4f}")
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
             if wandb:
                 wandb.log(record, step=iter_num)
-            if iter_num > 0:
-                save_checkpoint()
-            window_t += time.time() - t_eval  # keep eval out of the ms/iter figure
+        if is_eval and iter_num > 0:
+            save_checkpoint()
+        window_t += time.time() - t_eval  # keep eval out of the ms/iter figure
         if iter_num >= tc.max_iters or tc.eval_only:
             break
 
         t0 = time.time()
         for micro in range(tc.gradient_accumulation_steps):
-            if ddp:  # sync gradients only on the last micro step
-                model.require_backward_grad_sync = micro == tc.gradient_accumulation_steps - 1
+            last_micro = micro == tc.gradient_accumulation_steps - 1
+            if fsdp:  # sync (reduce-scatter) gradients only on the last micro step
+                raw_model.set_requires_gradient_sync(last_micro)
+            elif ddp:
+                model.require_backward_grad_sync = last_micro
             with autocast:
                 _, loss = model(X, Y)
                 loss = loss / tc.gradient_accumulation_steps
-            X, Y = get_batch("train")  # prefetch while the GPU works
+            n_batch += 1
+            X, Y = train_batch(n_batch)  # prefetch while the GPU works
             scaler.scale(loss).backward()
         if tc.grad_clip > 0:
             scaler.unscale_(optimizer)
@@ -328,6 +357,17 @@ def main(argv=None):
     if ddp:
         from torch.distributed import destroy_process_group
         destroy_process_group()
+
+
+def shard_model(model, param_dtype):
+    """FSDP2: each Block is one unit (its weights all-gathered just before its forward and
+    backward, freed after); the root unit holds the embeddings and the tied lm_head.
+    Weights are gathered in the training dtype, gradients reduced in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    for block in model.h:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
 
 
 def peak_memory_bytes(device_type):

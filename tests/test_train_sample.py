@@ -74,6 +74,7 @@ def test_greedy_sample_same_with_and_without_cache(data_root, tmp_path, capsys, 
     (["--dataset=shakespeare_char", "--data_dir=/nonexistent"], "python data/shakespeare_char/prepare.py"),
     (["config/does_not_exist.py"], "not found"),
     (["--out_dir=/dev/null/sub"], "cannot create out_dir"),
+    (["--strategy=zero3"], "choose ddp or fsdp"),
 ])
 def test_train_rejects_bad_input_in_one_line(data_root, tmp_path, args, words):
     r = run_script("train.py", "config/gqa.py", f"--data_dir={data_root}", f"--out_dir={tmp_path}", *args)
@@ -104,16 +105,28 @@ def test_sample_rejects_prompt_outside_vocabulary(data_root, tmp_path):
         assert r.returncode == 2 and "CUDA is not available" in r.stderr
 
 
-def test_ddp_on_cpu_with_torchrun(data_root, tmp_path):
-    """Two ranks over gloo: the DDP code path (per-rank batches, gradient sync, master-only
-    logging and checkpoints) runs and trains."""
-    out = tmp_path / "ddp"
+def torchrun(data_root, out, *extra):
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                        "train.py", *train_args(data_root, out, "--max_iters=30", "--eval_interval=15",
-                                                "--gradient_accumulation_steps=2")],
+                        "train.py", *train_args(data_root, out, "--eval_interval=10", "--gradient_accumulation_steps=2",
+                                                *extra)],
                        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
-    log = read_log(out)
-    assert [row["iter"] for row in log] == [0, 15, 30]          # written once, by rank 0
-    assert log[-1]["val_loss"] < log[0]["val_loss"] - 0.5
-    assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == 30
+    return read_log(out)
+
+
+def test_ddp_and_fsdp_on_cpu_with_torchrun(data_root, tmp_path):
+    """Two ranks over gloo. DDP: per-rank batches, gradient sync, rank-0-only logging and
+    checkpoints. FSDP (sharded weights and AdamW state) computes the same run as DDP, and
+    10 iterations + resume + 10 equals the 20 of DDP; its checkpoint samples in one process."""
+    ddp = torchrun(data_root, tmp_path / "ddp", "--max_iters=20")
+    assert [row["iter"] for row in ddp] == [0, 10, 20]          # written once, by rank 0
+    assert ddp[-1]["val_loss"] < ddp[0]["val_loss"] - 0.5
+    assert torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=True)["iter_num"] == 20
+
+    torchrun(data_root, tmp_path / "fsdp", "--max_iters=10", "--strategy=fsdp")
+    fsdp = torchrun(data_root, tmp_path / "fsdp", "--max_iters=20", "--strategy=fsdp", "--init_from=resume")
+    assert [row["iter"] for row in fsdp] == [0, 10, 20]
+    for a, b in zip(ddp, fsdp):
+        assert abs(a["val_loss"] - b["val_loss"]) < 1e-4 and abs(a["train_loss"] - b["train_loss"]) < 1e-4, (a, b)
+    r = run_script("sample.py", f"--out_dir={tmp_path / 'fsdp'}", "--max_new_tokens=5", "--device=cpu")
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr
