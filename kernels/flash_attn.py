@@ -31,6 +31,7 @@ TRITON_INTERPRET=1 in the environment before this module is imported.
 """
 import math
 import os
+import time
 
 import torch
 import triton
@@ -133,7 +134,8 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride
     l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(V + offs_n[:, None] * stride_vt + offs_dv[None, :] * stride_vd,
                 mask=(offs_n[:, None] < Tk) & (offs_dv[None, :] < DV), other=0.0)  # [BLOCK_N, BLOCK_DV]
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PREC)
+    # the dot accumulates into the rescaled acc in place (no extra [BLOCK_M, BLOCK_DV] add)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PREC)
     return acc, m_new, l_i
 
 
@@ -243,10 +245,10 @@ def _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, offs_dqk, offs_
     if MASKED:  # causal only: keys past Tk do not matter here (their rows are never stored)
         st = tl.where(offs_n[:, None] <= offs_m[None, :] + diag, st, float("-inf"))
     pt = tl.exp2(st - lse2[None, :])  # [BLOCK_N, BLOCK_M]
-    dv += tl.dot(pt.to(do.dtype), do, input_precision=DOT_PREC)  # dV += P^T dO
+    dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=DOT_PREC)  # dV += P^T dO (accumulated in the dot)
     dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)  # dP^T = V dO^T  [BLOCK_N, BLOCK_M]
     dst = pt * (dpt - delta[None, :])  # dS^T = P^T * (dP^T - delta)
-    dk += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=DOT_PREC)  # dK += dS^T Q
+    dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk, input_precision=DOT_PREC)  # dK += dS^T Q
     return dk, dv
 
 
@@ -323,7 +325,7 @@ def _dq_tile(dq, q, do, lse2, delta, K, V, start_n, offs_m, offs_dqk, offs_dv, s
     p = tl.exp2(s - lse2[:, None])
     dp = tl.dot(do, vt, input_precision=DOT_PREC)  # dP = dO V^T  [BLOCK_M, BLOCK_N]
     ds = p * (dp - delta[:, None])
-    return dq + tl.dot(ds.to(kt.dtype), tl.trans(kt), input_precision=DOT_PREC)  # dQ += dS K
+    return tl.dot(ds.to(kt.dtype), tl.trans(kt), dq, input_precision=DOT_PREC)  # dQ += dS K
 
 
 @triton.jit
@@ -384,46 +386,105 @@ _KERNELS_INTERPRETED = type(_fwd_kernel).__name__ == "InterpretedFunction"
 
 # ----------------------------------------------------------------------------- launch
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel and padded head dim (fp16/bf16, Hopper-class);
-# dkdv: BLOCK_N keys per program, BLOCK_M queries per inner step; fwd/dq: the reverse.
-_GPU_CONFIGS = {  # chosen so that sm_90 builds neither spill registers nor overflow shared memory
-    "fwd": {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 32, 8, 2)},
-    "dkdv": {64: (32, 128, 8, 3), 128: (32, 64, 8, 2), 256: (32, 32, 8, 2)},
-    "dq": {64: (128, 32, 4, 3), 128: (128, 32, 8, 3), 256: (64, 32, 8, 2)},
+# Candidate (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel and padded head dim (fp16/bf16,
+# Hopper-class). dkdv: BLOCK_N keys per program, BLOCK_M queries per inner step; fwd/dq: the
+# reverse. The first of each list was chosen so that sm_90 builds neither spill registers nor
+# overflow shared memory; the others are what the timing in _launch may prefer on a given GPU.
+_GPU_CONFIGS = {
+    "fwd": {64: [(128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4)],
+            128: [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3)],
+            256: [(64, 32, 8, 2), (64, 64, 8, 2), (32, 32, 4, 2)]},
+    "dkdv": {64: [(32, 128, 8, 3), (64, 128, 8, 3), (32, 64, 4, 3)],
+             128: [(32, 64, 8, 2), (16, 64, 8, 2)],  # larger tiles or 3 stages spill at d=128
+             256: [(32, 32, 8, 2), (16, 32, 8, 2)]},
+    "dq": {64: [(128, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3)],
+           128: [(128, 32, 8, 3), (128, 64, 8, 3), (64, 32, 4, 3)],
+           256: [(64, 32, 8, 2), (32, 32, 4, 2)]},
 }
 _INTERPRET_CONFIGS = {"fwd": (32, 16, 4, 1), "dkdv": (16, 32, 4, 1), "dq": (32, 16, 4, 1)}
-_CHOSEN = {}  # (kernel, key) -> index of the first config that compiled
+_CHOSEN = {}  # case -> the config _launch settled on (see tuned_configs)
 
 
 def _candidates(kind, dmax, dtype, layout_bs):
-    """Preferred config first, then smaller fallbacks in case of shared-memory overflow."""
+    """(configs worth timing, smaller fallbacks in case none of them fits in shared memory)."""
     if _KERNELS_INTERPRETED:
-        bm, bn, w, s = _INTERPRET_CONFIGS[kind]
+        cands = [_INTERPRET_CONFIGS[kind]]
+    elif dtype == torch.float32:  # exact fp32 dots run on FMA units: small tiles (tests, not speed)
+        cands = [(32, 32, 4, 2) if dmax <= 128 else (16, 16, 4, 2)]
     else:
-        bm, bn, w, s = _GPU_CONFIGS[kind][max(64, dmax)]
-        if dtype == torch.float32:  # exact fp32 dots run on FMA units: small tiles (tests, not speed)
-            bm, bn, w, s = (32, 32, 4, 2) if dmax <= 128 else (16, 16, 4, 2)
-    if layout_bs is not None:
-        bm = bn = layout_bs
-    cands = [(bm, bn, w, s), (bm, bn, w, 1)]
+        cands = list(_GPU_CONFIGS[kind][max(64, dmax)])
+    if layout_bs is not None:  # the layout fixes the tiles; only warps and stages can change
+        cands = [(layout_bs, layout_bs, w, s) for _, _, w, s in cands]
+    fallbacks = [(bm, bn, w, 1) for bm, bn, w, _ in cands[:1]]
     if layout_bs is None:
-        cands += [(max(16, bm // 2), max(16, bn // 2), w, 1), (16, 16, 4, 1)]
-    return cands
+        bm, bn, w, _ = cands[0]
+        fallbacks += [(max(16, bm // 2), max(16, bn // 2), w, 1), (16, 16, 4, 1)]
+    return cands, [c for c in dict.fromkeys(fallbacks) if c not in cands]
 
 
-def _launch(kernel, kind, grid, args, dmax, dtype, layout_bs, **meta):
-    cands = _candidates(kind, dmax, dtype, layout_bs)
-    key = (kind, dmax, dtype, layout_bs, tuple(sorted(meta.items())))
-    for i in range(_CHOSEN.get(key, 0), len(cands)):
-        bm, bn, warps, stages = cands[i]
+def _pick_config(cands, run, timer):
+    """The fastest of `cands` under `timer(lambda: run(cfg))`, skipping those that do not fit
+    (OutOfResources). With timer None: the first that fits (no timing)."""
+    best, best_t = None, float("inf")
+    for cfg in cands:
         try:
-            kernel[grid(bm, bn)](*args, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **meta)
+            t = timer(lambda: run(cfg)) if timer is not None else run(cfg)
         except OutOfResources:
-            if i == len(cands) - 1:
-                raise
             continue
-        _CHOSEN[key] = i
+        if timer is None:
+            return cfg
+        if t < best_t:
+            best, best_t = cfg, t
+    if best is None:
+        raise OutOfResources(0, 0, "shared memory")  # not even the smallest tile fits
+    return best
+
+
+def _median_time(fn, device, reps=5):
+    """Median seconds of fn() after one warm-up (which compiles)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    fn()
+    sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[reps // 2]
+
+
+def _launch(kernel, kind, grid, args, dmax, dtype, layout_bs, case, **meta):
+    """Run `kernel` with the config chosen for this case. Where there are several candidates
+    (fp16/bf16 on a GPU), the first call of a case times each one that fits and keeps the
+    fastest, like triton.autotune (these kernels only write their outputs, so running them
+    again is harmless); FLASH_ATTN_AUTOTUNE=0 takes the first that fits, for runs that must
+    repeat bit for bit across processes."""
+    key = (kind, dmax, dtype, layout_bs, case, tuple(sorted(meta.items())))
+
+    def run(cfg):
+        bm, bn, warps, stages = cfg
+        kernel[grid(bm, bn)](*args, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **meta)
+
+    if key not in _CHOSEN:
+        preferred, fallbacks = _candidates(kind, dmax, dtype, layout_bs)
+        tune = len(preferred) > 1 and os.environ.get("FLASH_ATTN_AUTOTUNE", "1") != "0"
+        device = args[0].device
+        _CHOSEN[key] = _pick_config(preferred + fallbacks, run, (lambda fn: _median_time(fn, device)) if tune else None)
+        if tune:
+            run(_CHOSEN[key])  # the outputs of the chosen config, whatever ran last
         return
+    run(_CHOSEN[key])
+
+
+def tuned_configs():
+    """{case: (BLOCK_M, BLOCK_N, num_warps, num_stages)} chosen so far, for benchmarks."""
+    out = {}
+    for (kind, _, dtype, layout_bs, (bh, tq, tk), meta), cfg in _CHOSEN.items():
+        m = dict(meta)
+        flags = [f for f, on in (("causal", m["CAUSAL"]), ("alibi", m["HAS_ALIBI"]), ("layout", layout_bs)) if on]
+        out[f"{kind} {str(dtype)[6:]} d={m['DQK']}/{m['DV']} B*H~{bh} Tq~{tq} Tk~{tk} {' '.join(flags)}".strip()] = cfg
+    return out
 
 
 def _layout_lists(block_layout, H, Tq, Tk, bs, causal, device):
@@ -463,6 +524,12 @@ def _meta(q, v, causal, alibi, lists):
                 DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32")  # fp32: no TF32 rounding
 
 
+def _case(q, k):
+    """What the best tile depends on besides the head dims: the sizes, rounded to powers of two."""
+    p2 = triton.next_power_of_2
+    return p2(q.shape[0] * q.shape[1]), p2(q.shape[2]), p2(k.shape[2])
+
+
 def _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs):
     B, H, Tq, _ = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
@@ -472,7 +539,8 @@ def _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs):
     args = (q, k, v, o, lse, alibi if alibi is not None else q, *_lut_args(lists, False, q),
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, H // Hkv, Tq, Tk, sm_scale * LOG2E)
     _launch(_fwd_kernel, "fwd", lambda bm, bn: (triton.cdiv(Tq, bm), B * H), args,
-            max(meta["BLOCK_DQK"], meta["BLOCK_DV"]), q.dtype, bs if lists is not None else None, **meta)
+            max(meta["BLOCK_DQK"], meta["BLOCK_DV"]), q.dtype, bs if lists is not None else None, _case(q, k),
+            **meta)
     return o, lse
 
 
@@ -492,12 +560,12 @@ def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs):
     args = (q, k, v, do, dk, dv, lse, delta, slopes, *_lut_args(lists, True, q), *strides, *dk.stride(),
             *dv.stride(), H, Hkv, H // Hkv, Tq, Tk, sm_scale, sm_scale * LOG2E)
     _launch(_bwd_dkdv_kernel, "dkdv", lambda bm, bn: (triton.cdiv(Tk, bn), B * Hkv), args, dmax, q.dtype,
-            layout_bs, **meta)
+            layout_bs, _case(q, k), **meta)
     # 3. dQ: one program per query tile and query head
     args = (q, k, v, do, dq, lse, delta, slopes, *_lut_args(lists, False, q), *strides, *dq.stride(),
             H, H // Hkv, Tq, Tk, sm_scale, sm_scale * LOG2E)
     _launch(_bwd_dq_kernel, "dq", lambda bm, bn: (triton.cdiv(Tq, bm), B * H), args, dmax, q.dtype,
-            layout_bs, **meta)
+            layout_bs, _case(q, k), **meta)
     return dq, dk, dv
 
 

@@ -27,7 +27,7 @@ if not torch.cuda.is_available():  # CPU smoke test: the kernels only run under 
 
 import torch.nn.functional as F  # noqa: E402
 
-from kernels.flash_attn import flash_attention  # noqa: E402
+from kernels.flash_attn import flash_attention, tuned_configs  # noqa: E402
 
 
 def parse_args():
@@ -118,13 +118,17 @@ def main():
                 rows.append(row)
                 print(format_row(row), flush=True)
 
+    tuned = tuned_configs()  # what _launch's timing chose: worth hard-coding per GPU
     table = format_table(rows, dev_name, skipped, time.time() - t_start)
+    table += "\nTile configs chosen (BLOCK_M, BLOCK_N, warps, stages):\n" + "".join(
+        f"- {case}: {cfg}\n" for case, cfg in tuned.items())
     print(table)
     with open(args.out, "w") as f:
         f.write(table)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=dev_name, torch=torch.__version__, rows=rows, skipped=skipped), f, indent=1)
+            json.dump(dict(device=dev_name, torch=torch.__version__, rows=rows, skipped=skipped,
+                           tuned_configs={c: list(v) for c, v in tuned.items()}), f, indent=1)
 
 
 def _cell(r, key, fmt):

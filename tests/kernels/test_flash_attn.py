@@ -16,7 +16,9 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from triton.runtime.errors import OutOfResources  # noqa: E402
 
+import kernels.flash_attn as fa  # noqa: E402
 from kernels.flash_attn import flash_attention, interpreter_enabled, triton_available  # noqa: E402
 from kernels.reference import attention_reference  # noqa: E402
 
@@ -140,6 +142,40 @@ def test_rejects_bad_inputs():
         flash_attention(q, k, v, block_layout=torch.ones(2, 2), block_size=16)  # needs 3x3
 
 
+def test_config_picker_takes_the_fastest_that_fits():
+    """_launch's tuning: configs that overflow shared memory are skipped, the fastest wins;
+    untimed, the first that fits."""
+    seconds = {"a": 3.0, "b": 1.0, "c": 2.0}
+    ran = []
+
+    def run(cfg):
+        ran.append(cfg)
+        if cfg == "big":
+            raise OutOfResources(300_000, 232_448, "shared memory")
+
+    def timer(fn):
+        fn()
+        return seconds[ran[-1]]
+    assert fa._pick_config(["big", "a", "b", "c"], run, timer) == "b"
+    assert fa._pick_config(["big", "c", "a"], run, None) == "c"
+    with pytest.raises(OutOfResources):
+        fa._pick_config(["big"], run, timer)
+
+
+def test_tuned_launch_matches_reference(monkeypatch):
+    """The timing path of _launch (taken on GPUs) with three tile configs: every one is run,
+    one is kept, and the results are those of a correct launch."""
+    tiles = [(16, 16, 4, 1), (32, 32, 4, 1), (16, 32, 4, 1)]
+    monkeypatch.setattr(fa, "_candidates", lambda *_: (tiles, []))
+    monkeypatch.setattr(fa, "_CHOSEN", {})
+    timed = []
+    monkeypatch.setattr(fa, "_median_time", lambda fn, device: (fn(), timed.append(1), len(timed) % 3)[-1])
+    q, k, v, do = _inputs(1, 2, 1, 40, 40, 16, 16)
+    _assert_close_to_reference(q, k, v, do, tol_o=1e-4, tol_g=1e-3, causal=True)
+    assert len(timed) == 9  # 3 configs x (forward, dK/dV, dQ)
+    assert list(fa._CHOSEN.values()) == [tiles[2]] * 3  # the third of each kernel timed 0 (len % 3)
+
+
 @pytest.mark.skipif(DEVICE == "cuda", reason="checks the CPU path without the interpreter")
 def test_cpu_without_interpreter_says_what_to_do():
     code = ("import torch; from kernels.flash_attn import flash_attention\n"
@@ -199,3 +235,22 @@ def test_low_precision_within_2x_of_sdpa(case, dtype):
         err = (ours[i].float() - ref[i]).abs().max().item()
         err_sdpa = (base[i].float() - ref[i]).abs().max().item()
         assert err <= 2 * err_sdpa + 1e-5, f"{name}: err {err:.3g} vs SDPA {err_sdpa:.3g}"
+
+
+@cuda_only
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_every_gpu_config_within_2x_of_sdpa(d, monkeypatch):
+    """Whichever candidate config the timing in _launch picks must be right: run each alone."""
+    q, k, v, do = _inputs(2, 8, 2, 300, 300, d, d, dtype=torch.bfloat16)
+    ref = _run(attention_reference, *(t.float() for t in (q, k, v, do)), causal=True)
+    base = _run(_sdpa, q, k, v, do, causal=True)
+    configs = {kind: fa._GPU_CONFIGS[kind][d] for kind in fa._GPU_CONFIGS}
+    for i in range(max(map(len, configs.values()))):
+        monkeypatch.setattr(fa, "_candidates", lambda kind, *_, i=i: ([configs[kind][min(i, len(configs[kind]) - 1)]], []))
+        fa._CHOSEN.clear()
+        ours = _run(flash_attention, q, k, v, do, causal=True)
+        for name, j in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):
+            err = (ours[j].float() - ref[j]).abs().max().item()
+            err_sdpa = (base[j].float() - ref[j]).abs().max().item()
+            assert err <= 2 * err_sdpa + 1e-5, f"config #{i} {name}: err {err:.3g} vs SDPA {err_sdpa:.3g}"
+    fa._CHOSEN.clear()
