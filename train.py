@@ -214,17 +214,25 @@ def main(argv=None):
 
     @torch.no_grad()
     def estimate_loss():
+        """Mean loss over the same eval_iters windows at every evaluation. Under torchrun the
+        ranks share them out: rank r takes windows r, r + world, ... and the sums are
+        all-reduced. Every rank runs the same number of forwards (under FSDP and DDP each one
+        is a collective), so a rank short of a window repeats one with weight 0."""
         out = {}
         model.eval()
         eval_gen.manual_seed(tc.seed + 1)
         for split in ("train", "val"):
-            losses = torch.zeros(tc.eval_iters)
-            for k in range(tc.eval_iters):
-                X, Y = get_batch(split, eval_gen)
-                with autocast:
-                    _, loss = model(X, Y)
-                losses[k] = loss.item()
-            out[split] = losses.mean().item()
+            total = torch.zeros((), device=device)
+            for k in range(math.ceil(tc.eval_iters / world) * world):
+                if k < tc.eval_iters:
+                    X, Y = get_batch(split, eval_gen)  # every rank draws every window, in order
+                if k % world == rank:
+                    with autocast:
+                        _, loss = model(X, Y)
+                    total += loss.float() * (k < tc.eval_iters)
+            if ddp:
+                torch.distributed.all_reduce(total)
+            out[split] = total.item() / tc.eval_iters
         model.train()
         return out
 
@@ -286,8 +294,7 @@ def main(argv=None):
         if checkpoint is not None and iter_num == start_iter:
             is_eval = False  # just resumed: evaluated and saved already
         t_eval = time.time()
-        # under FSDP every forward is a collective: all ranks evaluate (the same windows), rank 0 logs
-        if is_eval and (master or fsdp):
+        if is_eval:  # every rank evaluates its share of the windows, rank 0 logs
             losses = estimate_loss()
             last_val = losses["val"]
             best_val_loss = min(best_val_loss, losses["val"])

@@ -120,6 +120,10 @@ def test_ddp_and_fsdp_on_cpu_with_torchrun(data_root, tmp_path):
     10 iterations + resume + 10 equals the 20 of DDP; its checkpoint samples in one process."""
     ddp = torchrun(data_root, tmp_path / "ddp", "--max_iters=20")
     assert [row["iter"] for row in ddp] == [0, 10, 20]          # written once, by rank 0
+    # the ranks share out the 5 evaluation windows (3 + 2): the same loss as one process
+    one = tmp_path / "one"
+    train.main(train_args(data_root, one, "--max_iters=0", "--eval_interval=10", "--gradient_accumulation_steps=2"))
+    assert abs(read_log(one)[0]["val_loss"] - ddp[0]["val_loss"]) < 1e-5
     assert ddp[-1]["val_loss"] < ddp[0]["val_loss"] - 0.5
     assert torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=True)["iter_num"] == 20
 
