@@ -91,6 +91,10 @@ def load_settings(argv):
     for key in ("eval_interval", "log_interval", "eval_iters", "batch_size", "gradient_accumulation_steps"):
         if getattr(tc, key) < 1:
             raise ConfigError(f"{key}={getattr(tc, key)} must be at least 1")
+    world = int(os.environ.get("WORLD_SIZE", 1)) if "RANK" in os.environ else 1  # torchrun sets both
+    if tc.gradient_accumulation_steps % world:
+        raise ConfigError(f"gradient_accumulation_steps={tc.gradient_accumulation_steps} (the total over all ranks) "
+                          f"must be a multiple of the {world} ranks")
     model_cfg = {k: cfg[k] for k in MODEL_KEYS}
     GPTConfig(vocab_size=1, **model_cfg)  # shapes first: a bad model config fails before the data is looked at
     on_cuda = tc.device.startswith("cuda") or (tc.device == "auto" and torch.cuda.is_available())
@@ -115,6 +119,8 @@ def main(argv=None):
     try:
         tc, gptconf, meta, flat_cfg = load_settings(sys.argv[1:] if argv is None else argv)
     except ValueError as e:  # ConfigError and GPTConfig's validation
+        if int(os.environ.get("RANK", 0)) > 0:
+            sys.exit(2)  # under torchrun, rank 0 says it once
         fail(str(e))
 
     # ---- distributed setup (torchrun sets RANK) ----
@@ -122,9 +128,6 @@ def main(argv=None):
     device = tc.device if tc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if ddp:
         rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-        if tc.gradient_accumulation_steps % world:
-            fail(f"gradient_accumulation_steps={tc.gradient_accumulation_steps} (the total over all ranks) "
-                 f"must be a multiple of the {world} ranks")
         tc.gradient_accumulation_steps //= world
         from torch.distributed import init_process_group
         if device.startswith("cuda"):  # one GPU per rank

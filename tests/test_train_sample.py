@@ -134,3 +134,12 @@ def test_ddp_and_fsdp_on_cpu_with_torchrun(data_root, tmp_path):
         assert abs(a["val_loss"] - b["val_loss"]) < 1e-4 and abs(a["train_loss"] - b["train_loss"]) < 1e-4, (a, b)
     r = run_script("sample.py", f"--out_dir={tmp_path / 'fsdp'}", "--max_new_tokens=5", "--device=cpu")
     assert r.returncode == 0 and r.stdout.strip(), r.stderr
+
+
+def test_torchrun_bad_input_said_once(data_root, tmp_path):
+    """A config error under torchrun: one line from rank 0, not one per rank."""
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "train.py", *train_args(data_root, tmp_path, "--gradient_accumulation_steps=3")],
+                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode != 0 and len(errors) == 1 and "multiple of the 2 ranks" in errors[0], r.stderr[-2000:]
