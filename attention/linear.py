@@ -18,12 +18,19 @@ The layer (flash-linear-attention's GatedLinearAttention, without its expansion 
     o = GLA(q, k, v, g)           (B, H, T, D); query head h reads KV head h // (H/Hkv)
     y = c_proj( RMSNorm_per_head(o) * silu(r) )
 
-Three computations of the same recurrence, as small functions (the first two with the
-signature of kernels.gla.chunk_gla in DESIGN.md, extended to GQA: k, v, g and the state
-may have fewer heads than q; g=None means no decay):
-    naive_recurrent_gla   a Python loop over time: the reference (attn_impl=naive)
-    chunk_gla             the chunked parallel form: training and prefill
-    recurrent_gla_step    one token against the state: decoding
+Four computations of the same recurrence (the first three with the signature of
+kernels.gla.chunk_gla in DESIGN.md, extended to GQA: k, v, g and the state may have fewer
+heads than q; g=None means no decay). The layer picks one by attn_impl:
+    naive_recurrent_gla   a Python loop over time: the reference (attn_impl=naive); it is
+                          kernels.reference.gla_reference
+    chunk_gla             the chunked parallel form in PyTorch: training and prefill off CUDA
+                          (attn_impl=sdpa, the default there)
+    kernels.gla.chunk_gla the same chunked form as a Triton kernel: training and prefill when
+                          attn_impl resolves to triton (auto on CUDA; triton on CPU runs it under
+                          the interpreter). Imported on first use, so CPU users never need Triton.
+                          The kernel takes chunk sizes that are powers of two >= 16; with another
+                          gla_chunk the layer uses the PyTorch chunk_gla instead.
+    recurrent_gla_step    one token against the state: decoding, whatever attn_impl
 """
 import functools
 
@@ -31,8 +38,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention.base import Attention
+from attention.base import Attention, resolve_impl
 from attention.cache import StateCache
+from kernels.reference import gla_reference as naive_recurrent_gla  # the loop reference (attn_impl=naive)
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
 GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/16) ~ 0.958)
@@ -47,36 +55,6 @@ def _fp32(fn):
         with torch.autocast(q.device.type, enabled=False):
             return fn(q, *args, **kwargs)
     return wrapper
-
-
-def _grouped(q, n_kv_head):
-    """(B, H, T, D) -> (B, Hkv, G, T, D): the G query heads that share one KV head."""
-    B, H, T, D = q.shape
-    return q.view(B, n_kv_head, H // n_kv_head, T, D)
-
-
-@_fp32
-def naive_recurrent_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
-    """The recurrence as written, one token at a time, in fp32: the reference.
-
-    q (B, H, T, Dk); k, g (B, Hkv, T, Dk); v (B, Hkv, T, Dv); H % Hkv == 0; g None = no decay.
-    initial_state (B, Hkv, Dk, Dv) or None. Returns o (B, H, T, Dv) in q's dtype and the
-    final state (fp32) or None.
-    """
-    B, H, T, Dk = q.shape
-    Hkv, Dv = k.size(1), v.size(-1)
-    scale = Dk ** -0.5 if scale is None else scale
-    qg = _grouped(q.float() * scale, Hkv)                              # (B, Hkv, G, T, Dk)
-    k, v = k.float(), v.float()
-    S = q.new_zeros(B, Hkv, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
-    outs = []
-    for t in range(T):
-        if g is not None:
-            S = g[:, :, t].float().exp()[..., None] * S
-        S = S + k[:, :, t, :, None] * v[:, :, t, None, :]
-        outs.append(torch.einsum("bhgd,bhde->bhge", qg[:, :, :, t], S))
-    o = torch.stack(outs, dim=3).reshape(B, H, T, Dv).to(q.dtype)
-    return o, (S if output_final_state else None)
 
 
 @_fp32
@@ -214,6 +192,11 @@ def _intra_chunk_scores(qc, kc, b, c):
     return A.reshape(B, Hkv, G, N, C, C)
 
 
+def _kernel_takes_chunk(chunk):
+    """kernels.gla.chunk_gla's chunk sizes: powers of two >= 16."""
+    return chunk >= 16 and chunk & (chunk - 1) == 0
+
+
 class GatedLinearAttention(Attention):
     FEATURE_MAPS = ("identity", "elu")
     GATES = ("data", "none")
@@ -263,12 +246,9 @@ class GatedLinearAttention(Attention):
 
         if cache is not None and T == 1:
             o, cache.state = recurrent_gla_step(q, k, v, g, cache.state)
-        elif self.attn_impl == "naive":
-            o, state = naive_recurrent_gla(q, k, v, g, initial_state=None if cache is None else cache.state,
-                                           output_final_state=cache is not None)
         else:
-            o, state = chunk_gla(q, k, v, g, initial_state=None if cache is None else cache.state,
-                                 output_final_state=cache is not None, chunk_size=self.chunk)
+            o, state = self._chunked_impl(x.device)(q, k, v, g, initial_state=None if cache is None else cache.state,
+                                                    output_final_state=cache is not None)
         if cache is not None:
             if T > 1:
                 cache.state = state
@@ -276,6 +256,16 @@ class GatedLinearAttention(Attention):
         o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
         y = (o * F.silu(r.view(B, T, H, D))).reshape(B, T, H * D)
         return self.resid_dropout(self.c_proj(y))
+
+    def _chunked_impl(self, device):
+        """The full-sequence GLA for attn_impl on `device` (see the module docstring)."""
+        impl = resolve_impl(self.attn_impl, device)
+        if impl == "naive":
+            return naive_recurrent_gla
+        if impl == "triton" and _kernel_takes_chunk(self.chunk):
+            from kernels.gla import chunk_gla as triton_chunk_gla
+            return functools.partial(_fp32(triton_chunk_gla), chunk_size=self.chunk)
+        return functools.partial(chunk_gla, chunk_size=self.chunk)
 
     def init_cache(self, batch_size, max_len, device, dtype):
         """One fp32 state per KV head; max_len is not needed (the state never grows)."""

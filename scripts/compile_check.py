@@ -1,6 +1,7 @@
-"""Compile every kernel launch of flash_attention for a GPU that is not there (sm_90, H100/H200).
+"""Compile every kernel launch of flash_attention and chunk_gla for a GPU that is not there
+(sm_90, H100/H200).
 
-    python scripts/compile_check.py [final|main|quick|fp32]
+    python scripts/compile_check.py [final|main|quick|fp32|gla]     (gla: only the GLA kernels)
 
 Triton's interpreter runs the kernels on CPU but never compiles them, so it misses what only
 the compiler rejects (non-constexpr globals, dot shapes, shared-memory overflow). This replaces
@@ -16,6 +17,7 @@ from triton.runtime.jit import JITFunction
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 import kernels.flash_attn as fa
+import kernels.gla as gla
 
 TARGET = GPUTarget("cuda", 90, 32)
 DT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.bool: "i1"}
@@ -64,6 +66,29 @@ def fake_run(self, *args, grid, warmup, **kwargs):
 
 JITFunction.run = fake_run
 fa._KERNELS_INTERPRETED = False
+assert gla.DIAG_LOOP  # the compiled kernels' diagonal path
+
+
+def go_gla(dtype, B, H, Hkv, T, dk, dv, use_g, chunk=64, h0=True, dht=True):
+    """Every GLA kernel (forward and backward) at one shape; outputs are not computed."""
+    q = torch.randn(B, H, T, dk, dtype=dtype); k = torch.randn(B, Hkv, T, dk, dtype=dtype); v = torch.randn(B, Hkv, T, dv, dtype=dtype)
+    g = -torch.rand(B, Hkv, T, dk) if use_g else None
+    s0 = torch.randn(B, Hkv, dk, dv) if h0 else None
+    o, bc, ht = gla._gla_fwd(q, k, v, g, s0, dk ** -0.5, chunk, store_ht=dht)
+    gla._gla_bwd(torch.randn_like(o), torch.randn(B, Hkv, dk, dv) if dht else None, q, k, v, bc, s0, dk ** -0.5, chunk)
+
+
+def gla_cases(quick=False):
+    if quick:
+        go_gla(torch.bfloat16, 2, 8, 8, 300, 64, 64, True)
+        return
+    for dtype in (torch.bfloat16, torch.float32):
+        for d, dv in [(64, 64), (128, 128), (128, 64), (64, 128), (256, 256)]:
+            for use_g in (True, False):
+                go_gla(dtype, 2, 8, 2, 300, d, dv, use_g)
+    go_gla(torch.float16, 2, 8, 8, 300, 128, 128, True, h0=False, dht=False)
+    for chunk in (16, 32, 128):
+        go_gla(torch.bfloat16, 2, 8, 8, 300, 128, 128, True, chunk=chunk)
 
 def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False, bs=64):
     q = torch.randn(B, H, Tq, d, dtype=dtype); k = torch.randn(B, Hkv, Tk, d, dtype=dtype); v = torch.randn(B, Hkv, Tk, dv, dtype=dtype)
@@ -84,6 +109,12 @@ if cases == "final":
     go(torch.float32, 1, 4, 2, 100, 100, 64, 64, True, True)
     go(torch.float32, 1, 4, 2, 100, 100, 192, 160, False, False)
     cases = "none"
+    gla_cases()
+elif cases == "gla":
+    gla_cases()
+    cases = "none"
+elif cases in ("main", "quick"):
+    gla_cases(quick=cases == "quick")
 
 dtypes = [] if cases == "none" else [torch.bfloat16, torch.float16] if cases != "fp32" else [torch.float32]
 for dtype in dtypes:  # noqa

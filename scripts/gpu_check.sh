@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One-command check of the Triton FlashAttention kernel on a CUDA machine:
+# One-command check of the Triton kernels (FlashAttention, chunked GLA) on a CUDA machine:
 #   1. python -m pytest tests/kernels  (the CUDA bf16/fp16 tests run there, fp32 ones natively)
-#   2. python scripts/bench_flash.py   (fwd/bwd TFLOP/s vs SDPA flash backend, markdown + JSON)
+#   2. python scripts/bench_flash.py   (fwd/bwd TFLOP/s vs SDPA flash backend, markdown + JSON; <= 270 s)
+#   3. python scripts/bench_gla.py     (GLA kernel vs PyTorch chunked form, ms; under ~2 minutes)
 # Usage: scripts/gpu_check.sh [OUT_DIR]    (default: $OUT when set, else ./out_gpu_check)
-# Both steps always run; the exit status is non-zero if either failed.
+# All steps always run; the exit status is non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-out_gpu_check}}"
@@ -19,9 +20,14 @@ python -m pytest tests/kernels -q -rs 2>&1 | tee "$OUT_DIR/pytest_kernels.txt"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== bench_flash.py"
-python scripts/bench_flash.py --out "$OUT_DIR/bench_flash.md" --json "$OUT_DIR/bench_flash.json" \
+python scripts/bench_flash.py --budget_s 270 --out "$OUT_DIR/bench_flash.md" --json "$OUT_DIR/bench_flash.json" \
     2>&1 | tee "$OUT_DIR/bench_flash.log"
 bench_rc=${PIPESTATUS[0]}
 
-echo "pytest exit $tests_rc, bench exit $bench_rc; results in $OUT_DIR"
-[ "$tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+echo "== bench_gla.py"
+python scripts/bench_gla.py --out "$OUT_DIR/bench_gla.md" --json "$OUT_DIR/bench_gla.json" \
+    2>&1 | tee "$OUT_DIR/bench_gla.log"
+gla_rc=${PIPESTATUS[0]}
+
+echo "pytest exit $tests_rc, bench exit $bench_rc, bench_gla exit $gla_rc; results in $OUT_DIR"
+[ "$tests_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ] && [ "$gla_rc" -eq 0 ]
