@@ -124,9 +124,9 @@ def main(argv=None):
         fail(str(e))
 
     # ---- distributed setup (torchrun sets RANK) ----
-    ddp = int(os.environ.get("RANK", -1)) != -1
+    distributed = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun
     device = tc.device if tc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if ddp:
+    if distributed:
         rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
         tc.gradient_accumulation_steps //= world
         from torch.distributed import init_process_group
@@ -138,7 +138,8 @@ def main(argv=None):
     else:
         rank, world = 0, 1
     master = rank == 0
-    fsdp = ddp and tc.strategy == "fsdp"
+    fsdp = distributed and tc.strategy == "fsdp"
+    ddp = distributed and not fsdp
     device_type = "cuda" if "cuda" in device else device
     if device_type == "cuda" and not torch.cuda.is_available():
         fail("device=cuda but CUDA is not available; use --device=cpu")
@@ -174,9 +175,12 @@ def main(argv=None):
         if n <= gptconf.block_size:
             fail(f"{split}.bin holds {n} tokens, not more than block_size={gptconf.block_size}; lower block_size")
 
-    def get_batch(split, gen):
+    def get_batch(split, gen, load=True):
+        """batch_size random windows drawn from gen; load=False only draws them (keeps gen in step)."""
         data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np_dtype, mode="r")
         ix = torch.randint(len(data) - gptconf.block_size, (tc.batch_size,), generator=gen)
+        if not load:
+            return None
         x = torch.stack([torch.from_numpy(data[i:i + gptconf.block_size].astype(np.int64)) for i in ix])
         y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + gptconf.block_size].astype(np.int64)) for i in ix])
         if device_type == "cuda":
@@ -210,7 +214,7 @@ def main(argv=None):
     raw_model = model
     if tc.compile:
         model = torch.compile(model)
-    if ddp and not fsdp:
+    if ddp:
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
     kv_bytes = raw_model.cache_elems_per_token() * ptdtype.itemsize
@@ -220,20 +224,23 @@ def main(argv=None):
         """Mean loss over the same eval_iters windows at every evaluation. Under torchrun the
         ranks share them out: rank r takes windows r, r + world, ... and the sums are
         all-reduced. Every rank runs the same number of forwards (under FSDP and DDP each one
-        is a collective), so a rank short of a window repeats one with weight 0."""
+        is a collective), so a rank short of a window runs a dummy one with weight 0."""
         out = {}
         model.eval()
         eval_gen.manual_seed(tc.seed + 1)
+        dummy = torch.zeros(tc.batch_size, gptconf.block_size, dtype=torch.long, device=device)
         for split in ("train", "val"):
             total = torch.zeros((), device=device)
             for k in range(math.ceil(tc.eval_iters / world) * world):
-                if k < tc.eval_iters:
-                    X, Y = get_batch(split, eval_gen)  # every rank draws every window, in order
-                if k % world == rank:
+                real, mine = k < tc.eval_iters, k % world == rank
+                if real:  # every rank draws every window, in order; it loads only its own
+                    batch = get_batch(split, eval_gen, load=mine)
+                if mine:
+                    X, Y = batch if real else (dummy, dummy)
                     with autocast:
                         _, loss = model(X, Y)
-                    total += loss.float() * (k < tc.eval_iters)
-            if ddp:
+                    total += loss.float() * real
+            if distributed:
                 torch.distributed.all_reduce(total)
             out[split] = total.item() / tc.eval_iters
         model.train()
@@ -254,11 +261,11 @@ def main(argv=None):
         RNG state is collected; rank 0 writes."""
         model_sd, optim_sd = get_state_dict(raw_model, optimizer,
                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        rng = [{"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})}]
-        if ddp:
+        mine = {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})}
+        rng = [mine]
+        if distributed:
             rng = [None] * world
-            torch.distributed.all_gather_object(rng, {"torch": torch.get_rng_state(), **(
-                {"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})})
+            torch.distributed.all_gather_object(rng, mine)
         if not master:
             return
         ckpt = {"model": model_sd, "optimizer": optim_sd,
@@ -364,7 +371,7 @@ def main(argv=None):
         if wandb:
             wandb.summary.update(summary)
             wandb.finish()
-    if ddp:
+    if distributed:
         from torch.distributed import destroy_process_group
         destroy_process_group()
 

@@ -424,6 +424,14 @@ def text_pieces(files, split_at):
                 offset += len(piece)
 
 
+def _add_output_args(ap, out_dir):
+    """The options every prepare script shares: where to write, id width, processes."""
+    ap.add_argument("--out_dir", default=out_dir, help="where to write train.bin, val.bin, meta.json")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "uint16", "uint32"),
+                    help="token id width; auto = uint16 when the vocabulary fits")
+    ap.add_argument("--num_proc", type=int, default=default_num_proc(), help="tokenizing processes (default %(default)s)")
+
+
 def text_main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1, url=None,
               download_name="input.txt"):
     """Tokenize local text files (or, when url is given and --input is not, a downloaded one) into out_dir."""
@@ -434,14 +442,11 @@ def text_main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction
     else:
         ap.add_argument("--input", nargs=1, metavar="PATH", help="a local copy of the text (default: download it)")
         ap.add_argument("--url", default=url, help="where to download the text from (default %(default)s)")
-    ap.add_argument("--out_dir", default=out_dir, help="where to write train.bin, val.bin, meta.json")
     ap.add_argument("--tokenizer", default=tokenizer,
                     help="char, or a tiktoken encoding: gpt2, r50k_base, cl100k_base, o200k_base... (default %(default)s)")
     ap.add_argument("--val_fraction", type=float, default=val_fraction,
                     help="the last this fraction of the text is the validation split (default %(default)s)")
-    ap.add_argument("--dtype", default="auto", choices=("auto", "uint16", "uint32"),
-                    help="token id width; auto = uint16 when the vocabulary fits")
-    ap.add_argument("--num_proc", type=int, default=default_num_proc(), help="tokenizing processes (default %(default)s)")
+    _add_output_args(ap, out_dir)
     args = ap.parse_args(argv)
 
     try:
@@ -667,15 +672,12 @@ def hf_main(description, argv=None, *, dataset, out_dir, name=None, split="train
     ap.add_argument("--seed", type=int, default=2357, help="seed of the validation draw")
     ap.add_argument("--text_field", default=text_field, help="column holding the text (default %(default)s)")
     ap.add_argument("--tokenizer", default=tokenizer, help="a tiktoken encoding (default %(default)s)")
-    ap.add_argument("--dtype", default="auto", choices=("auto", "uint16", "uint32"),
-                    help="token id width; auto = uint16 when the vocabulary fits")
     ap.add_argument("--max_tokens", type=positive_int, default=max_tokens,
                     help="stop after the document that reaches this many tokens (per split read; 0 = all)")
-    ap.add_argument("--num_proc", type=int, default=default_num_proc(), help="tokenizing processes (default %(default)s)")
     ap.add_argument("--streaming", action=argparse.BooleanOptionalAction, default=True,
                     help="stream from the hub (default); --no-streaming downloads into the datasets cache first")
     ap.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
-    ap.add_argument("--out_dir", default=out_dir, help="where to write train.bin, val.bin, meta.json")
+    _add_output_args(ap, out_dir)
     args = ap.parse_args(argv)
 
     local = args.input is not None or os.path.exists(args.dataset)

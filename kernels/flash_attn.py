@@ -98,6 +98,22 @@ def _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n, Tq, Tk
     return lut, m_lo, m_full, m_end
 
 
+@triton.jit
+def _listed_tile(lut, i, HAS_LAYOUT: tl.constexpr):
+    """The i-th tile to visit: lut[i] with a block layout, else i itself."""
+    if HAS_LAYOUT:
+        return tl.load(lut + i)
+    return i
+
+
+@triton.jit
+def _alibi_slope2(SLOPES, h, HAS_ALIBI: tl.constexpr):
+    """Head h's ALiBi slope in base 2 (0 without ALiBi)."""
+    if HAS_ALIBI:
+        return tl.load(SLOPES + h) * _LOG2E
+    return 0.0
+
+
 # ----------------------------------------------------------------------------- forward
 
 @triton.jit
@@ -165,10 +181,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
     diag = Tk - Tq  # bottom-right alignment: query i sits at absolute position i + diag
     q = tl.load(Q + offs_m[:, None] * stride_qt + offs_dqk[None, :] * stride_qd,
                 mask=(offs_m[:, None] < Tq) & (offs_dqk[None, :] < DQK), other=0.0)  # [BLOCK_M, BLOCK_DQK]
-    if HAS_ALIBI:
-        slope2 = tl.load(SLOPES + h) * _LOG2E
-    else:
-        slope2 = 0.0
+    slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (base 2)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)  # unnormalised output
@@ -180,10 +193,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
                                   stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
                                   DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, DOT_PREC)
     for i in range(n_full, n_end):  # diagonal / ragged / block-sparse tiles: masked
-        if HAS_LAYOUT:
-            nb = tl.load(lut + i)
-        else:
-            nb = i
+        nb = _listed_tile(lut, i, HAS_LAYOUT)
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
                                   stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
                                   DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
@@ -285,17 +295,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut
         DOh = DO + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh
         LSEh = LSE + (b * H + h).to(tl.int64) * Tq
         DELTAh = DELTA + (b * H + h).to(tl.int64) * Tq
-        if HAS_ALIBI:
-            slope2 = tl.load(SLOPES + h) * _LOG2E
-        else:
-            slope2 = 0.0
+        slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
         lut, m_lo, m_full, m_end = _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n, Tq, Tk,
                                                 BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)
         for i in range(m_lo, m_full):  # diagonal / block-sparse tiles: causal mask
-            if HAS_LAYOUT:
-                mb = tl.load(lut + i)
-            else:
-                mb = i
+            mb = _listed_tile(lut, i, HAS_LAYOUT)
             dk, dv = _dkdv_tile(dk, dv, k, v, Qh, DOh, LSEh, DELTAh, mb * BLOCK_M, offs_n, offs_dqk, offs_dv,
                                 stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, qk_scale, slope2,
                                 DQK, DV, BLOCK_M, CAUSAL, HAS_ALIBI, DOT_PREC)
@@ -357,10 +361,7 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lu
                  other=0.0)  # [BLOCK_M, BLOCK_DV]
     lse2 = _load_lse2(LSE + pid_bh.to(tl.int64) * Tq, offs_m, Tq)  # [BLOCK_M]
     delta = tl.load(DELTA + pid_bh.to(tl.int64) * Tq + offs_m, mask=offs_m < Tq, other=0.0)  # [BLOCK_M]
-    if HAS_ALIBI:
-        slope2 = tl.load(SLOPES + h) * _LOG2E
-    else:
-        slope2 = 0.0
+    slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], tl.float32)
 
     lut, n_full, n_end = _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk,
@@ -370,10 +371,7 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lu
                       stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
                       DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, DOT_PREC)
     for i in range(n_full, n_end):
-        if HAS_LAYOUT:
-            nb = tl.load(lut + i)
-        else:
-            nb = i
+        nb = _listed_tile(lut, i, HAS_LAYOUT)
         dq = _dq_tile(dq, q, do, lse2, delta, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv, stride_kt,
                       stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
                       DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
@@ -415,9 +413,9 @@ def _candidates(kind, dmax, dtype, layout_bs):
         cands = list(_GPU_CONFIGS[kind][max(64, dmax)])
     if layout_bs is not None:  # the layout fixes the tiles; only warps and stages can change
         cands = [(layout_bs, layout_bs, w, s) for _, _, w, s in cands]
-    fallbacks = [(bm, bn, w, 1) for bm, bn, w, _ in cands[:1]]
+    bm, bn, w, _ = cands[0]
+    fallbacks = [(bm, bn, w, 1)]
     if layout_bs is None:
-        bm, bn, w, _ = cands[0]
         fallbacks += [(max(16, bm // 2), max(16, bn // 2), w, 1), (16, 16, 4, 1)]
     return cands, [c for c in dict.fromkeys(fallbacks) if c not in cands]
 

@@ -95,6 +95,14 @@ def _state_tile(pid_k, pid_v, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constex
     return offs_k, offs_v, offs_k[:, None] * DV + offs_v[None, :], (offs_k[:, None] < DK) & (offs_v[None, :] < DV)
 
 
+@triton.jit
+def _state_or_zeros(ptr, state_offs, state_mask, GIVEN: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """The [BK, BV] state block at ptr in fp32 when GIVEN, else zeros (no initial state / no gradient)."""
+    if GIVEN:
+        return tl.load(ptr + state_offs, mask=state_mask, other=0.0).to(tl.float32)
+    return tl.zeros([BK, BV], tl.float32)
+
+
 # ----------------------------------------------------------------------------- forward
 
 @triton.jit
@@ -138,10 +146,7 @@ def _fwd_state_kernel(K, V, BC, H0, HS, HT, stride_kb, stride_kh, stride_kt, str
     BC += bh * T * DK
     HS += bh * NT * DK * DV
     offs_k, offs_v, state_offs, state_mask = _state_tile(pid_k, pid_v, DK, DV, BK, BV)
-    if HAS_H0:
-        state = tl.load(H0 + bh * DK * DV + state_offs, mask=state_mask, other=0.0).to(tl.float32)
-    else:
-        state = tl.zeros([BK, BV], tl.float32)
+    state = _state_or_zeros(H0 + bh * DK * DV, state_offs, state_mask, HAS_H0, BK, BV)
     for n in range(0, NT):
         tl.store(HS + n * DK * DV + state_offs, state, mask=state_mask)
         if USE_G:
@@ -254,10 +259,7 @@ def _bwd_state_kernel(Q, DO, BC, DHT, DHS, DH0, stride_qb, stride_qh, stride_qt,
     BC += bh * T * DK
     DHS += bh * NT * DK * DV
     offs_k, offs_v, state_offs, state_mask = _state_tile(pid_k, pid_v, DK, DV, BK, BV)
-    if HAS_DHT:
-        ds = tl.load(DHT + bh * DK * DV + state_offs, mask=state_mask, other=0.0).to(tl.float32)
-    else:
-        ds = tl.zeros([BK, BV], tl.float32)
+    ds = _state_or_zeros(DHT + bh * DK * DV, state_offs, state_mask, HAS_DHT, BK, BV)
     for i in range(0, NT):
         n = NT - 1 - i
         tl.store(DHS + n * DK * DV + state_offs, ds, mask=state_mask)
