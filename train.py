@@ -147,10 +147,14 @@ def main(argv=None):
         "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     autocast = nullcontext() if device_type == "cpu" or dtype == "float32" else torch.autocast(device_type, dtype=ptdtype)
-    # Batches come from their own generators: training batch number n of rank r is a function
-    # of (seed, r, n) alone, so a resumed run draws exactly the batches of an uninterrupted one
-    # on every rank; every evaluation reads the same windows, so losses compare across evals.
+    # Randomness a resumed run must repeat is a function of (seed, rank, step) alone: training
+    # batch n of rank r, and the dropout masks of each step. Resuming then
+    # reproduces the uninterrupted run on every rank, with no RNG state to gather or restore.
+    # Every evaluation reads the same windows, so losses compare across evals.
     batch_gen, eval_gen = torch.Generator(), torch.Generator()
+
+    def rank_seed(stream, n):  # stream 0: training batches, 1: dropout
+        return ((tc.seed * 1_000_003 + rank) * 2 + stream) * 1_000_003 + n
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 
@@ -188,12 +192,11 @@ def main(argv=None):
         return x.to(device), y.to(device)
 
     def train_batch(n):
-        return get_batch("train", batch_gen.manual_seed((tc.seed * 1_000_003 + rank) * 1_000_003 + n))
+        return get_batch("train", batch_gen.manual_seed(rank_seed(0, n)))
 
     # ---- model, optimizer ----
     torch.manual_seed(tc.seed)  # the same initial weights on every rank (FSDP shards them as they are)
     model = GPT(gptconf).to(device)
-    torch.manual_seed(tc.seed + rank)  # dropout: a stream per rank
     n_params = model.num_params()  # before sharding: counts whole tensors
     if fsdp:
         shard_model(model, ptdtype)
@@ -203,13 +206,6 @@ def main(argv=None):
         # a single process, DDP or FSDP run
         set_state_dict(model, optimizer, model_state_dict=checkpoint["model"],
                        optim_state_dict=checkpoint["optimizer"], options=StateDictOptions(full_state_dict=True))
-        rng = checkpoint["rng"]  # one entry per rank of the run that wrote it
-        if rank < len(rng):
-            torch.set_rng_state(rng[rank]["torch"].cpu())
-            if device_type == "cuda" and "cuda" in rng[rank]:
-                torch.cuda.set_rng_state(rng[rank]["cuda"].cpu())
-        else:  # more ranks than before: a fresh dropout stream
-            torch.manual_seed(tc.seed + rank + 1000 * iter_num)
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
     raw_model = model
     if tc.compile:
@@ -257,20 +253,15 @@ def main(argv=None):
         return tc.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (tc.learning_rate - tc.min_lr)
 
     def save_checkpoint():
-        """Every rank calls it: the full tensors are gathered under FSDP, and every rank's dropout
-        RNG state is collected; rank 0 writes."""
+        """Every rank calls it (under FSDP the full tensors are gathered); rank 0 writes."""
         model_sd, optim_sd = get_state_dict(raw_model, optimizer,
                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        mine = {"torch": torch.get_rng_state(), **({"cuda": torch.cuda.get_rng_state()} if device_type == "cuda" else {})}
-        rng = [mine]
-        if distributed:
-            rng = [None] * world
-            torch.distributed.all_gather_object(rng, mine)
         if not master:
             return
         ckpt = {"model": model_sd, "optimizer": optim_sd,
                 "model_args": gptconf.to_dict(), "config": flat_cfg, "meta": meta,
-                "iter_num": iter_num, "best_val_loss": best_val_loss, "rng": rng}
+                "iter_num": iter_num, "best_val_loss": best_val_loss,
+                "rng": {"scheme": "seeded by (seed, rank, step)", "seed": tc.seed}}
         tmp = ckpt_path + ".tmp"
         torch.save(ckpt, tmp)
         os.replace(tmp, ckpt_path)  # never a half-written ckpt.pt
@@ -323,6 +314,7 @@ def main(argv=None):
         if iter_num >= tc.max_iters or tc.eval_only:
             break
 
+        torch.manual_seed(rank_seed(1, iter_num))  # this step's dropout masks
         t0 = time.time()
         for micro in range(tc.gradient_accumulation_steps):
             last_micro = micro == tc.gradient_accumulation_steps - 1
@@ -372,8 +364,10 @@ def main(argv=None):
             wandb.summary.update(summary)
             wandb.finish()
     if distributed:
-        from torch.distributed import destroy_process_group
-        destroy_process_group()
+        # drain every rank's last collective first: a Gloo worker still releasing one while the
+        # process group is torn down can deadlock on the GIL
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def shard_model(model, param_dtype):
