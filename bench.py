@@ -20,7 +20,7 @@ import torch
 
 from configurator import ConfigError, fail
 from model import GPT, GPTConfig
-from train import MODEL_KEYS, parse_keys
+from settings import MODEL_KEYS, parse_keys
 
 
 def median_time(fn, repeats):

@@ -14,7 +14,7 @@ import torch
 
 from attention.base import check_impl_runs_on
 from configurator import fail
-from model import GPT, GPTConfig
+from checkpoint import CheckpointError, load_model, run_checkpoint_path
 from tokenizer import TokenizerError, load_tokenizer
 
 
@@ -26,7 +26,9 @@ class Parser(argparse.ArgumentParser):
 
 def parse_args(argv=None):
     ap = Parser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out_dir", default="out", help="folder holding ckpt.pt")
+    ap.add_argument("--out_dir", default="out", help="folder holding best.pt / ckpt.pt")
+    ap.add_argument("--ckpt", default="best", choices=("best", "last"),
+                    help="best: best.pt (the best validation loss) when it exists, else ckpt.pt; last: ckpt.pt")
     ap.add_argument("--start", default="\n", help="prompt text, or FILE:path to read it from a file")
     ap.add_argument("--num_samples", type=int, default=1)
     ap.add_argument("--max_new_tokens", type=int, default=500)
@@ -50,7 +52,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
+    ckpt_path = run_checkpoint_path(args.out_dir, args.ckpt)
     if not os.path.exists(ckpt_path):
         fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -66,24 +68,20 @@ def main(argv=None):
     if not start:
         fail("the prompt is empty; pass --start with at least one token")
 
-    ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
-    model_args = dict(ckpt["model_args"])
-    if args.attn_impl:
-        model_args["attn_impl"] = args.attn_impl
-    try:
-        config = GPTConfig.from_dict(model_args)
-        check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+    try:  # every problem with the checkpoint, the prompt or the flags: one line, before any work
+        overrides = {"attn_impl": args.attn_impl} if args.attn_impl else {}
+        model, ckpt = load_model(ckpt_path, device, **overrides)
+        check_impl_runs_on(model.config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+        if "meta" not in ckpt:
+            raise CheckpointError(f"{ckpt_path} lacks meta (the tokenizer); it was not written by train.py")
         tokenizer = load_tokenizer(ckpt["meta"])
         prompt = tokenizer.encode(start)
-    except (TokenizerError, ValueError) as e:
+    except (TokenizerError, ValueError) as e:  # CheckpointError is a ValueError
         fail(str(e))
-    model = GPT(config)
     try:
         model.context_window(args.max_context or None)
     except ValueError as e:
         fail(f"{e} (--max_context)")
-    model.load_state_dict(ckpt["model"])
-    model.eval().to(device)
 
     generator = torch.Generator(device=device).manual_seed(args.seed)
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]

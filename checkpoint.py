@@ -1,0 +1,119 @@
+"""Checkpoints: the one place that writes them and reads them back.
+
+Writing is atomic (temporary file, fsync, rename, fsync of the folder), so a crash or a
+kill at any moment leaves either the old file or the new one. Reading goes through
+PyTorch's weights-only loader (a file that carries code is refused, its code never runs)
+and turns every way a file can be wrong into one CheckpointError line that names the
+file and the fix; train.py, sample.py and the analysis tools print it and exit 2.
+"""
+import os
+import pickle
+import zipfile
+
+import torch
+
+REQUIRED_KEYS = ("model", "model_args")
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def fsync_dir(path):
+    """Make a rename in this folder durable (no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_atomic(obj, path, writer=torch.save):
+    """writer(obj, tmp) then rename tmp -> path: never a half-written `path`."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        writer(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+def remove_stale_tmp(folder):
+    """Delete *.tmp files a killed run left behind (they are never loadable)."""
+    if not os.path.isdir(folder):
+        return []
+    stale = [name for name in os.listdir(folder) if name.endswith(".tmp")]
+    for name in stale:
+        os.remove(os.path.join(folder, name))
+    return stale
+
+
+def load_checkpoint(path, device="cpu", required=REQUIRED_KEYS) -> dict:
+    """torch.load(path, weights_only=True) with one-line errors for every bad file."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path} not found; train first (python train.py config/gqa.py) "
+                              "or point --out_dir at a run folder")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes); delete it and resume from another "
+                              "checkpoint or train again")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights only" in str(e).lower() or "weights_only" in str(e).lower():
+            raise CheckpointError(f"checkpoint {path} was refused by the weights-only loader: it holds "
+                                  "objects that would run code (nothing was run); only load files you trust "
+                                  "with another tool") from None
+        raise CheckpointError(f"checkpoint {path} is not a PyTorch checkpoint (unpickling failed); "
+                              "it may be truncated or another kind of file") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, AttributeError) as e:
+        why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise CheckpointError(f"checkpoint {path} is truncated or not a checkpoint ({why}); "
+                              "delete it and resume from another checkpoint or train again") from None
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"checkpoint {path} holds a {type(ckpt).__name__}, not a train.py checkpoint")
+    missing = [k for k in required if k not in ckpt]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}; it was not written by train.py")
+    return ckpt
+
+
+def model_config_from_checkpoint(ckpt, path="checkpoint", **overrides):
+    """GPTConfig from ckpt['model_args'] (plus overrides such as attn_impl); one-line errors."""
+    from model import GPTConfig
+    args = ckpt["model_args"]
+    if not isinstance(args, dict):
+        raise CheckpointError(f"{path}: model_args is not a dict; it was not written by train.py")
+    try:
+        return GPTConfig.from_dict({**args, **overrides})
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: its model config is not valid here ({e})") from None
+
+
+def load_model(path, device="cpu", **overrides):
+    """(GPT with the checkpoint's weights, in eval mode on device, checkpoint dict)."""
+    from model import GPT
+    ckpt = load_checkpoint(path, device)
+    config = model_config_from_checkpoint(ckpt, path, **overrides)
+    model = GPT(config)
+    try:
+        model.load_state_dict(ckpt["model"])
+    except (RuntimeError, TypeError, AttributeError) as e:
+        why = str(e).splitlines()[0][:160]
+        raise CheckpointError(f"{path}: weights do not fit its model config ({why})") from None
+    return model.eval().to(device), ckpt
+
+
+def run_checkpoint_path(out_dir, which="best"):
+    """out_dir/best.pt or ckpt.pt: which='last' is ckpt.pt, 'best' is best.pt when it exists."""
+    if which not in ("best", "last"):
+        raise CheckpointError(f"--ckpt={which!r}; choose best or last")
+    best = os.path.join(out_dir, "best.pt")
+    if which == "best" and os.path.isfile(best):
+        return best
+    return os.path.join(out_dir, "ckpt.pt")
