@@ -237,10 +237,12 @@ class GPT(nn.Module):
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
-    def flops_per_token(self) -> float:
-        """Training FLOPs per token (PaLM appendix B): 6N for the weights plus each layer's
-        attention (12 * H * D * T for softmax over T keys; less for sparse and linear)."""
-        return 6 * self.num_params() + sum(b.attn.attn_flops_per_token(self.config.block_size) for b in self.h)
+    def flops_per_token(self, seq_len=None) -> float:
+        """Training FLOPs per token (PaLM appendix B) at seq_len (default block_size): 6N for the
+        weights plus each layer's attention (12 * H * D * T for softmax over T keys; less for
+        sparse and linear)."""
+        seq_len = seq_len or self.config.block_size
+        return 6 * self.num_params() + sum(b.attn.attn_flops_per_token(seq_len) for b in self.h)
 
     def estimate_mfu(self, tokens_per_sec: float, device: torch.device):
         """Model FLOPs utilization against the device's bf16 dense peak; None when unknown (CPU)."""

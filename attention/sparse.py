@@ -47,6 +47,7 @@ keep K/V computed under the earlier window, as with dense sliding). Learned posi
 recompute the last block_size tokens from position 0, the same anchoring. A window
 longer than block_size has no layout and is refused (max_context <= block_size).
 """
+import itertools
 import math
 
 import torch
@@ -74,6 +75,20 @@ def build_layout(n_blocks: int, window: int, n_global: int, n_random: int, gener
     return layout
 
 
+def selected_block_counts(n_blocks: int, window: int, n_global: int, n_random: int) -> list:
+    """Blocks each query block of build_layout selects, without drawing the random ones:
+    the window and global blocks (their overlap once), plus n_random of the earlier blocks
+    left over, as many as there are. The counts do not depend on which blocks are drawn."""
+    counts = []
+    for i in range(n_blocks):
+        in_window = min(window, i + 1)
+        in_global = min(n_global, i + 1)
+        overlap = max(0, in_global - max(0, i - window + 1))
+        fixed = in_window + in_global - overlap
+        counts.append(fixed + min(n_random, i + 1 - fixed))
+    return counts
+
+
 def layout_index(layout: torch.Tensor):
     """layout (n, n) -> block_idx (n, S) int64, key blocks ascending then padded with the
     diagonal block (always valid to gather; masked by count), and block_count (n,)."""
@@ -94,14 +109,21 @@ class BlockSparseAttention(QKVAttention):
         super().__init__(config, layer_idx)
         self.block_size = config.block_size       # longest sequence / cache the layout covers
         self.sparse_block = config.sparse_block
-        # seeded by (sparse_seed, layer_idx): reproducible, and each layer gets its own draw
-        gen = torch.Generator().manual_seed(config.sparse_seed * 1_000_003 + layer_idx)
-        layout = build_layout(n_blocks_for(config), config.sparse_window, config.sparse_global,
-                              config.sparse_random, gen)
-        self.register_buffer("layout", layout)                                   # persistent
+        n = n_blocks_for(config)
         self.register_buffer("block_idx", torch.empty(0, dtype=torch.long), persistent=False)
         self.register_buffer("block_count", torch.empty(0, dtype=torch.long), persistent=False)
-        self._refresh_index()
+        if torch.get_default_device().type == "meta":
+            # Built for its shapes and costs only (plan.py): drawing the layout takes O(n^2)
+            # per layer, seconds at long block_size, and no data exists to draw it on.
+            self.register_buffer("layout", torch.empty(n, n, dtype=torch.bool))
+            counts = selected_block_counts(n, config.sparse_window, config.sparse_global, config.sparse_random)
+            self._max_selected = list(itertools.accumulate(counts, max))
+        else:
+            # seeded by (sparse_seed, layer_idx): reproducible, and each layer gets its own draw
+            gen = torch.Generator().manual_seed(config.sparse_seed * 1_000_003 + layer_idx)
+            layout = build_layout(n, config.sparse_window, config.sparse_global, config.sparse_random, gen)
+            self.register_buffer("layout", layout)                                   # persistent
+            self._refresh_index()
         self.register_load_state_dict_post_hook(lambda module, incompatible: module._refresh_index())
 
     @classmethod
@@ -153,10 +175,14 @@ class BlockSparseAttention(QKVAttention):
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="sdpa")
         return self.output(y)
 
-    def attn_flops_per_token(self, seq_len: int) -> float:
-        """The gathered path scores every key of the selected blocks (masked ones included)."""
+    def keys_per_query(self, seq_len: int) -> int:
+        """Keys each query scores on the gathered path over seq_len tokens: every key of the
+        most blocks any query block selects (masked ones included), at most seq_len."""
         n = self._max_selected[min(len(self._max_selected), -(-seq_len // self.sparse_block)) - 1]
-        return super().attn_flops_per_token(min(seq_len, n * self.sparse_block))
+        return min(seq_len, n * self.sparse_block)
+
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        return super().attn_flops_per_token(self.keys_per_query(seq_len))
 
     # ---- the token-level mask and the dense path (reference and decoding) ----
     def token_keep(self, q_pos, k_pos):
