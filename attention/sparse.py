@@ -77,16 +77,10 @@ def build_layout(n_blocks: int, window: int, n_global: int, n_random: int, gener
 
 def selected_block_counts(n_blocks: int, window: int, n_global: int, n_random: int) -> list:
     """Blocks each query block of build_layout selects, without drawing the random ones:
-    the window and global blocks (their overlap once), plus n_random of the earlier blocks
-    left over, as many as there are. The counts do not depend on which blocks are drawn."""
-    counts = []
-    for i in range(n_blocks):
-        in_window = min(window, i + 1)
-        in_global = min(n_global, i + 1)
-        overlap = max(0, in_global - max(0, i - window + 1))
-        fixed = in_window + in_global - overlap
-        counts.append(fixed + min(n_random, i + 1 - fixed))
-    return counts
+    random blocks come from the earlier blocks not yet chosen, and the window (ending at i)
+    meets the global blocks (starting at 0) only once together they cover 0..i, so query block
+    i selects window + global + random blocks, or all its i + 1 causal blocks if fewer."""
+    return [min(i + 1, window + n_global + n_random) for i in range(n_blocks)]
 
 
 def layout_index(layout: torch.Tensor):
