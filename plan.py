@@ -3,7 +3,7 @@ decode cache, the largest decode batch that fits, and a memory-bound decode spee
 computed from the model itself built on the meta device (no memory, instant, any size).
 
     python plan.py CONFIG... [--key=value ...] --context=N [--batch=B] [--memory=80GB]
-                   [--dtype=bf16] [--peak_tflops=989] [--bandwidth=4.8TB/s] [--mfu=0.4]
+                   [--dtype=bf16] [--peak_tflops=989] [--bandwidth=3.35TB/s] [--mfu=0.4]
                    [--vocab_size=50304] [--json FILE]
 
     python plan.py config/mha.py config/gqa.py config/mla.py config/gla.py \\
@@ -13,11 +13,11 @@ computed from the model itself built on the meta device (no memory, instant, any
 variants at the same width and depth. The other flags are the planner's own:
   --context      tokens per sequence: training length and decode context (required)
   --batch        sequences per training step and the decode batch asked for (default 1)
-  --memory       device memory for weights + decode cache (default 80GB; 80GiB, 640GB ...;
+  --memory       device memory for weights + decode cache (default 80GB, an H100; 80GiB, 640GB;
                  a bare number is GB). With N devices pass the totals.
   --dtype        weights and K/V cache: bf16 | fp16 | fp32 | fp8 (default bf16)
-  --peak_tflops  dense peak, TFLOP/s (default 989, an H100's bf16); 989TFLOP/s also reads
-  --bandwidth    memory bandwidth (default 4.8TB/s, an H200's; a bare number is TB/s)
+  --peak_tflops  dense peak, TFLOP/s (default 989, an H100 SXM's bf16); 989TFLOP/s also reads
+  --bandwidth    memory bandwidth (default 3.35TB/s, an H100 SXM's; a bare number is TB/s)
   --mfu          model FLOPs utilization assumed for the step time (default 0.4)
   --vocab_size   vocabulary (default 50304, GPT-2's 50257 padded)
 A markdown table goes to stdout with the assumptions under it; --json FILE writes one object
@@ -38,7 +38,7 @@ from settings import MODEL_KEYS, parse_keys
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "fp32": torch.float32, "float32": torch.float32, "fp8": torch.float8_e4m3fn}
-DEFAULTS = {"batch": "1", "memory": "80GB", "dtype": "bf16", "peak_tflops": "989", "bandwidth": "4.8TB/s",
+DEFAULTS = {"batch": "1", "memory": "80GB", "dtype": "bf16", "peak_tflops": "989", "bandwidth": "3.35TB/s",
             "mfu": "0.4", "vocab_size": "50304", "context": None, "json": None}
 PREFIXES = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
             "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50}
@@ -141,8 +141,9 @@ def plan_row(path: str, model: GPT, opts: dict) -> dict:
     seq_bytes = per_token * context + state
     max_batch = int((opts["memory"] - weight_bytes) // seq_bytes)
     # A decode step reads every weight once and each sequence's cache (BigBird: only the keys
-    # of the selected blocks, though its cache holds the whole context).
-    read_per_seq = per_token * (max(keys) if keys else context) + state
+    # of the selected blocks, though its cache holds the whole context); a recurrent state is
+    # read and written back every step.
+    read_per_seq = per_token * (max(keys) if keys else context) + 2 * state
 
     def decode_bound(b):
         return b * opts["bandwidth"] / (weight_bytes + b * read_per_seq) if 1 <= b <= max_batch else None
@@ -206,8 +207,9 @@ in fp32 as the model keeps it; vocab_size {opts['vocab_size']:,} (--vocab_size t
 - memory {opts['memory'] / 1e9:g} GB holds the weights, then the decode cache of each sequence (cache/seq +
   state/seq); activations, framework overhead and fragmentation are not counted: max decode batch is an upper limit.
 - decode tok/s <=: memory-bound at {opts['bandwidth'] / 1e12:g} TB/s: each step reads all weights once and each
-  sequence's cache (BigBird only its selected keys), batch x bandwidth / bytes read; compute ignored.
-- several devices: pass the totals (e.g. 8 x 80GB: --memory=640GB --bandwidth=38.4TB/s --peak_tflops=7912).""")
+  sequence's cache (BigBird only its selected keys; GLA reads and writes its state), batch x bandwidth / bytes
+  moved; compute ignored.
+- several devices: pass the totals (e.g. 8 x H100: --memory=640GB --bandwidth=26.8TB/s --peak_tflops=7912).""")
 
 
 def main(argv=None):

@@ -145,7 +145,12 @@ def test_gla_state_is_constant_and_fp32(tmp_path):
     short, = run_plan(tmp_path, "config/gla.py", *SEVEN_B, "--context=1024", "--dtype=bf16")
     long, = run_plan(tmp_path, "config/gla.py", *SEVEN_B, "--context=4096", "--dtype=bf16")
     assert short["kv_cache_bytes_per_token"] == long["kv_cache_bytes_per_token"] == 0
-    assert short["cache_state_bytes"] == long["cache_state_bytes"] == 32 * 32 * 128 * 128 * 4
+    state = 32 * 32 * 128 * 128 * 4                      # layers x heads x d_h x d_h x fp32
+    assert short["cache_state_bytes"] == long["cache_state_bytes"] == state
+    weights = long["params"] * 2
+    assert long["max_decode_batch"] == (80e9 - weights) // state
+    # each step reads the weights and reads and writes each sequence's state
+    assert long["decode_tokens_per_sec_bound"] == pytest.approx(3.35e12 / (weights + 2 * state))
 
 
 def test_json_has_the_design_keys_and_table_has_a_row_per_config(tmp_path, capsys):
