@@ -26,12 +26,7 @@ SEVEN_B = ["--n_layer=32", "--n_head=32", "--n_embd=4096", "--block_size=4096"]
 def run_plan(tmp_path, *argv):
     """plan.main in-process -> its JSON rows."""
     out = tmp_path / "plan.json"
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # config files include their base by a path relative to themselves; keep ours relative too
-    try:
-        plan.main([*argv, "--json", str(out)])
-    finally:
-        os.chdir(cwd)
+    plan.main([arg if arg.startswith("--") else os.path.join(ROOT, arg) for arg in argv] + ["--json", str(out)])
     return json.loads(out.read_text())
 
 
