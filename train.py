@@ -58,9 +58,6 @@ def load_settings(argv):
     if tc.init_from == "resume":
         checkpoint, gptconf = read_resume_checkpoint(tc, gptconf, explicit)
     check_token_files(os.path.join(tc.data_dir, tc.dataset), meta, gptconf.block_size)
-    if tc.max_iters < tc.lr_decay_iters and tc.decay_lr and int(os.environ.get("RANK", 0)) == 0:
-        print(f"note: lr_decay_iters={tc.lr_decay_iters} > max_iters={tc.max_iters}: the learning rate will not "
-              f"decay to min_lr; set --lr_decay_iters={tc.max_iters} for a full cosine", file=sys.stderr)
     try:
         os.makedirs(tc.out_dir, exist_ok=True)
     except OSError as e:
@@ -404,6 +401,9 @@ def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
     checkpoint = None  # the trainer holds what it needs; free the loaded tensors
     log_file = None
     if dist.master:
+        if tc.max_iters < tc.lr_decay_iters and tc.decay_lr:
+            print(f"note: lr_decay_iters={tc.lr_decay_iters} > max_iters={tc.max_iters}: the learning rate will not "
+                  f"decay to min_lr; set --lr_decay_iters={tc.max_iters} for a full cosine", file=sys.stderr)
         run_name = tc.wandb_run_name or f"{gptconf.attention}-{gptconf.pos_encoding}"
         impl = attn_impl_record(trainer.raw, dist.device)
         print(f"{run_name}: {trainer.raw.n_params / 1e6:.2f}M params, {trainer.tokens_per_iter:,} tokens/iter, "
