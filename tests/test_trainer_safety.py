@@ -34,11 +34,16 @@ def read_log(out):
 
 
 @pytest.fixture(scope="module")
-def reference(data_root, tmp_path_factory):
-    """An uninterrupted 40-iteration run: its log."""
+def reference_dir(data_root, tmp_path_factory):
+    """An uninterrupted 40-iteration run: its folder."""
     out = tmp_path_factory.mktemp("reference")
     train.main(train_args(data_root, out, "--max_iters=40", *COMMON))
-    return read_log(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(reference_dir):
+    return read_log(reference_dir)
 
 
 def spawn(data_root, out, *extra, script="train.py"):
@@ -154,6 +159,27 @@ def test_non_finite_loss_stops_with_3_and_keeps_the_last_good_checkpoint(data_ro
     assert all(torch.equal(kept["model"][k], good["model"][k]) for k in good["model"])
     summary = strict_json(out / "summary.json")
     assert summary["finished"] is False and summary["stopped"] == "non-finite loss"
+
+
+def test_best_weights_kept_and_sampled_by_default(reference_dir, reference, capsys):
+    import sample
+    best = torch.load(reference_dir / "best.pt", weights_only=True)
+    later = [r for r in reference if r["iter"] > 0]
+    assert best["iter_num"] == min(later, key=lambda r: r["val_loss"])["iter"]
+    assert "optimizer" not in best and set(best["model"]) == set(torch.load(reference_dir / "ckpt.pt",
+                                                                             weights_only=True)["model"])
+    outputs = {}
+    for which in ("best", "last", None):
+        capsys.readouterr()
+        sample.main([f"--out_dir={reference_dir}", "--temperature=0", "--max_new_tokens=20", "--start=ROMEO:",
+                     *([f"--ckpt={which}"] if which else [])])
+        outputs[which] = capsys.readouterr().out
+    assert outputs[None] == outputs["best"]  # best.pt is the default
+    capsys.readouterr()
+    sample.main([f"--out_dir={reference_dir}", "--temperature=0", "--max_new_tokens=3", "--start=\n\n",
+                 "--top_k=1"])
+    out, err = capsys.readouterr()
+    assert (not out.replace("-", "").strip()) == ("only whitespace" in err)  # the note comes exactly when due
 
 
 def test_fp16_skipped_steps_stop_only_when_they_persist():
