@@ -23,15 +23,33 @@ from dataclasses import dataclass
 import torch
 
 from attention.base import check_impl_runs_on
+from batches import Batches, check_token_files
+from checkpoint import CheckpointError, load_checkpoint, model_config_from_checkpoint, remove_stale_tmp, save_atomic
 from configurator import ConfigError, fail
 from model import GPT, GPTConfig
-from batches import Batches, check_token_files
-from checkpoint import (CheckpointError, load_checkpoint, model_config_from_checkpoint, remove_stale_tmp,
-                        save_atomic)
-from settings import (MODEL_KEYS, RESUME_MAY_CHANGE, TRAIN_KEYS, TrainConfig, check_data, check_train_values,
-                      parse_keys, resolve_device, resolve_dtype, train_help)
-from runfiles import (BadStepWatch, NonFinite, RunLock, all_ranks_max, StopSignals, attn_impl_record, cut_log, peak_memory_bytes,
-                      write_json_atomic)
+from runfiles import (
+    BadStepWatch,
+    NonFinite,
+    RunLock,
+    StopSignals,
+    all_ranks_max,
+    attn_impl_record,
+    cut_log,
+    peak_memory_bytes,
+    write_json_atomic,
+)
+from settings import (
+    MODEL_KEYS,
+    RESUME_MAY_CHANGE,
+    TRAIN_KEYS,
+    TrainConfig,
+    check_data,
+    check_train_values,
+    parse_keys,
+    resolve_device,
+    resolve_dtype,
+    train_help,
+)
 
 RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss")
 
