@@ -201,6 +201,7 @@ class Trainer:
         self.iter_num = checkpoint["iter_num"] if checkpoint else 0
         self.best_val_loss = checkpoint["best_val_loss"] if checkpoint else float("inf")
         self.evaluated_at = progress.get("evaluated_at", self.iter_num if checkpoint else -1)
+        self.saved_at = self.iter_num if checkpoint else -1              # iteration of ckpt.pt on disk
         self.wall_before = progress.get("wall_s", 0.0)            # time spent by earlier segments
         self.train_time = progress.get("train_time_s", 0.0)       # time inside training steps
         self.train_tokens = progress.get("train_tokens", 0)
@@ -275,6 +276,7 @@ class Trainer:
                     "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val}
         save_atomic({**weights, "optimizer": optim_sd, "progress": progress,
                      "rng": {"scheme": "seeded by (seed, rank, step)", "seed": self.tc.seed}}, self.ckpt_path)
+        self.saved_at = self.iter_num
 
     def summary(self, finished, stopped=None):
         tps = self.train_tokens / self.train_time if self.train_time > 0 else 0.0
@@ -407,6 +409,24 @@ def main(argv=None):
         sys.exit(code)
 
 
+def open_run_files(trainer):
+    """Rank 0: the header line (and notes), wandb, and log.jsonl cut back to a resumed checkpoint."""
+    tc, gptconf, dist = trainer.tc, trainer.gptconf, trainer.dist
+    if tc.max_iters < tc.lr_decay_iters and tc.decay_lr:
+        print(f"note: lr_decay_iters={tc.lr_decay_iters} > max_iters={tc.max_iters}: the learning rate will not "
+              f"decay to min_lr; set --lr_decay_iters={tc.max_iters} for a full cosine", file=sys.stderr)
+    run_name = tc.wandb_run_name or f"{gptconf.attention}-{gptconf.pos_encoding}"
+    impl = attn_impl_record(trainer.raw, dist.device)
+    print(f"{run_name}: {trainer.raw.n_params / 1e6:.2f}M params, {trainer.tokens_per_iter:,} tokens/iter, "
+          f"device {dist.device} {tc.dtype}, attn_impl {impl['used']}"
+          + (f" (requested {impl['requested']}: {impl['why']})" if impl["why"] else ""))
+    trainer.wandb = start_wandb(trainer, run_name) if tc.wandb_log else None
+    log_path = os.path.join(tc.out_dir, "log.jsonl")
+    if tc.init_from == "resume":
+        cut_log(log_path, trainer.iter_num)  # drop evaluations past the checkpoint (a kill after logging)
+    return open(log_path, "a" if tc.init_from == "resume" else "w")
+
+
 def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
     """Train (or evaluate); returns the exit status (0, 3 or 128 + signal)."""
     dist = setup_distributed(tc)
@@ -417,21 +437,7 @@ def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
     except CheckpointError as e:
         fail(str(e))
     checkpoint = None  # the trainer holds what it needs; free the loaded tensors
-    log_file = None
-    if dist.master:
-        if tc.max_iters < tc.lr_decay_iters and tc.decay_lr:
-            print(f"note: lr_decay_iters={tc.lr_decay_iters} > max_iters={tc.max_iters}: the learning rate will not "
-                  f"decay to min_lr; set --lr_decay_iters={tc.max_iters} for a full cosine", file=sys.stderr)
-        run_name = tc.wandb_run_name or f"{gptconf.attention}-{gptconf.pos_encoding}"
-        impl = attn_impl_record(trainer.raw, dist.device)
-        print(f"{run_name}: {trainer.raw.n_params / 1e6:.2f}M params, {trainer.tokens_per_iter:,} tokens/iter, "
-              f"device {dist.device} {tc.dtype}, attn_impl {impl['used']}"
-              + (f" (requested {impl['requested']}: {impl['why']})" if impl["why"] else ""))
-        trainer.wandb = start_wandb(trainer, run_name) if tc.wandb_log else None
-        log_path = os.path.join(tc.out_dir, "log.jsonl")
-        if tc.init_from == "resume":
-            cut_log(log_path, trainer.iter_num)  # drop evaluations past the checkpoint (a kill after logging)
-        log_file = open(log_path, "a" if tc.init_from == "resume" else "w")
+    log_file = open_run_files(trainer) if dist.master else None
     code = 0
     try:
         stopped_by = train_loop(trainer, signals, log_file)
@@ -446,7 +452,7 @@ def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
         code = 3
         if dist.master:
             trainer.write_summary(finished=False, stopped="non-finite loss")
-            kept = f"{trainer.ckpt_path} (iter {trainer.evaluated_at}) is kept" if trainer.evaluated_at > 0 \
+            kept = f"{trainer.ckpt_path} (iter {trainer.saved_at}) is kept" if trainer.saved_at >= 0 \
                 else "no checkpoint was written"
             print(f"error: {e}; stopped, {kept}; lower learning_rate (now {tc.learning_rate:g}), "
                   f"set grad_clip, or use dtype=float32", file=sys.stderr)
