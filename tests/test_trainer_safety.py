@@ -353,3 +353,38 @@ def test_bfloat16_on_cpu_really_computes_in_bfloat16(data_root, tmp_path):
         runs[dtype] = read_log(tmp_path / dtype)[-1]["train_loss"]
         assert strict_json(tmp_path / dtype / "summary.json")["dtype"] == dtype
     assert runs["float32"] != runs["bfloat16"] and abs(runs["float32"] - runs["bfloat16"]) < 0.1
+
+
+def child_pids(pid):
+    """Processes whose parent is pid (from /proc; Linux)."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                kids.append(int(entry))
+    return kids
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the ranks through /proc")
+def test_torchrun_a_signal_to_one_rank_stops_every_rank_at_the_same_iteration(data_root, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "tests/slow_save_train.py", *train_args(data_root, out, *COMMON, "--max_iters=40",
+                                                   "--gradient_accumulation_steps=2")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "SLOW_SAVE_S": "1.0", "PYTHONUNBUFFERED": "1"})
+    wait_for(proc, lambda line: line.startswith("iter 5/"))
+    ranks = child_pids(proc.pid)
+    assert len(ranks) == 2, ranks
+    os.kill(max(ranks), signal.SIGTERM)  # one rank only, as a node-local preemption would
+    _, text = finish(proc)
+    stopped = [line for line in text.splitlines() if line.startswith("stopped at iter")]
+    assert len(stopped) == 1, text[-3000:]
+    at = int(stopped[0].split()[3])
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == at
+    assert strict_json(out / "summary.json")["stopped"] == "SIGTERM"
