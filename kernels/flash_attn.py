@@ -39,10 +39,8 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from kernels.env import available as triton_available  # noqa: F401  (kept importable here)
 from kernels.env import interpreted
 
-interpreter_enabled = interpreted  # the name older callers import from here
 interpreted()  # asked now, before the kernels below are decorated: the answer is theirs
 
 LOG2E = 1.4426950408889634

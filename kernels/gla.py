@@ -56,10 +56,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.env import available as triton_available  # noqa: F401  (kept importable here)
 from kernels.env import interpreted
 
-__all__ = ["chunk_gla", "supports", "triton_available"]
+__all__ = ["chunk_gla", "supports"]
 interpreted()  # asked now, before the kernels below are decorated: the answer is theirs
 MAX_HEAD_DIM = 256
 
