@@ -59,13 +59,6 @@ def peak_memory_bytes(device_type):
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def attn_impl_record(model, device):
-    """{"requested", "used", "why"}: the attention implementation as resolved for device."""
-    from attention.base import resolve_impl
-    requested = model.config.attn_impl
-    return {"requested": requested, "used": resolve_impl(requested, torch.device(device)), "why": None}
-
-
 def pid_alive(pid):
     try:
         os.kill(pid, 0)

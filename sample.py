@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from attention.base import check_impl_runs_on
+from attention import check_impl_runs_on
 from checkpoint import CheckpointError, load_model, run_checkpoint_path
 from configurator import fail
 from tokenizer import TokenizerError, load_tokenizer

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention.base import check_impl_runs_on
+from attention import check_impl_runs_on
 from batches import Batches, check_token_files
 from checkpoint import CheckpointError, load_checkpoint, model_config_from_checkpoint, remove_stale_tmp, save_atomic
 from configurator import ConfigError, fail
@@ -33,7 +33,6 @@ from runfiles import (
     RunLock,
     StopSignals,
     all_ranks_max,
-    attn_impl_record,
     cut_log,
     peak_memory_bytes,
     write_json_atomic,
@@ -288,7 +287,7 @@ class Trainer:
                 "kv_cache_bytes_per_token": self.kv_bytes, "cache_state_bytes": self.raw.cache_state_elems() * 4,
                 "wall_s": self.elapsed(), "device": self.dist.device, "dtype": self.tc.dtype,
                 "dataset": self.tc.dataset, "seed": self.tc.seed,
-                "attn_impl": attn_impl_record(self.raw, self.dist.device), "finished": finished, "stopped": stopped}
+                "attn_impl": self.raw.attn_impl_report(), "finished": finished, "stopped": stopped}
 
     def write_summary(self, finished, stopped=None):
         if self.dist.master:
@@ -416,7 +415,7 @@ def open_run_files(trainer):
         print(f"note: lr_decay_iters={tc.lr_decay_iters} > max_iters={tc.max_iters}: the learning rate will not "
               f"decay to min_lr; set --lr_decay_iters={tc.max_iters} for a full cosine", file=sys.stderr)
     run_name = tc.wandb_run_name or f"{gptconf.attention}-{gptconf.pos_encoding}"
-    impl = attn_impl_record(trainer.raw, dist.device)
+    impl = trainer.raw.attn_impl_report()
     print(f"{run_name}: {trainer.raw.n_params / 1e6:.2f}M params, {trainer.tokens_per_iter:,} tokens/iter, "
           f"device {dist.device} {tc.dtype}, attn_impl {impl['used']}"
           + (f" (requested {impl['requested']}: {impl['why']})" if impl["why"] else ""))

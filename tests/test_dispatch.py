@@ -100,3 +100,21 @@ def test_mla_reports_each_path():
         assert report["used"] == {"forward": "triton", "absorbed": "sdpa"} and "288" in report["why"]
     else:
         assert report["used"] == "sdpa" and report["why"]
+
+
+@needs_kernels
+@pytest.mark.parametrize("dropout,used", [(0.1, "sdpa"), (0.0, "triton")])
+def test_summary_json_records_what_ran_in_training(calls, data_root, tmp_path, dropout, used):
+    """train.py's summary.json and header line carry the resolved implementation, and it is
+    the one the spies saw during training."""
+    import json
+
+    import train
+    from helpers import train_args
+    train.main(train_args(data_root, tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1",
+                          "--attn_impl=triton", f"--dropout={dropout}"))
+    with open(tmp_path / "summary.json") as f:
+        record = json.load(f)["attn_impl"]
+    assert record["requested"] == "triton" and record["used"] == used
+    assert ("dropout > 0" in (record["why"] or "")) == (used == "sdpa")
+    assert (calls["flash"] > 0) == (used == "triton") and (calls["sdpa"] > 0) == (used == "sdpa")
