@@ -81,3 +81,8 @@ class StateCache(Cache):
 
     def tensors(self):
         return (self.state,)
+
+    def update(self, state, n_tokens: int):
+        """Keep the state after n_tokens more tokens, advancing `pos` as SlidingCache.update does."""
+        self.state = state
+        self.pos += n_tokens

@@ -53,7 +53,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.base import QKVAttention, attend, resolve_impl
+from attention.base import QKVAttention, attend
 from attention.positional import alibi_bias
 
 
@@ -154,10 +154,10 @@ class BlockSparseAttention(QKVAttention):
             k, v, k_pos = cache.update(k, v)
         if T > self.block_size:
             raise ValueError(f"bigbird's block layout covers block_size={self.block_size} tokens, got {T}")
-        impl = resolve_impl(self.attn_impl, x.device)
+        impl = self.impl(x.device)
         if impl == "naive":
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="naive")
-        elif impl == "triton" and k.size(2) == T and dropout_p == 0.0 and self.sparse_block >= 16:
+        elif impl == "triton" and k.size(2) == T:
             # the flash kernel visits only the layout's key blocks (its tiles are our blocks)
             from kernels.flash_attn import flash_attention
             nb = -(-T // self.sparse_block)
@@ -168,6 +168,11 @@ class BlockSparseAttention(QKVAttention):
         else:                 # new tokens against a cache: the token mask over cached keys
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="sdpa")
         return self.output(y)
+
+    def kernel_cases(self) -> dict:
+        """The flash kernel's tiles are the layout's blocks."""
+        module, case = super().kernel_cases()["forward"]
+        return {"forward": (module, {**case, "layout_block": self.sparse_block})}
 
     def keys_per_query(self, seq_len: int) -> int:
         """Keys each query scores on the gathered path over seq_len tokens: every key of the
