@@ -193,7 +193,8 @@ def print_table(rows: list, opts: dict):
               f"({r['attn_flops_per_token'] / r['train_flops_per_token']:.0%}) | {r['train_step_s']:.3g} "
               f"| {fmt_bytes(r['kv_cache_bytes_per_token'])} | {fmt_bytes(r['kv_cache_bytes_per_seq'])} "
               f"| {fmt_bytes(r['cache_state_bytes'])} | {r['max_decode_batch']:,} "
-              f"| {fmt_rate(r['decode_tokens_per_sec_bound'])} | {fmt_rate(r['decode_tokens_per_sec_bound_max_batch'])} "
+              f"| {fmt_rate(r['decode_tokens_per_sec_bound'])} "
+              f"| {fmt_rate(r['decode_tokens_per_sec_bound_max_batch'])} "
               f"| {r['bigbird_keys_per_query'] or ''} |")
 
 

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 import torch
-from helpers import ROOT
 
 import plan
 from attention.sparse import build_layout, selected_block_counts
 from bench import cache_bytes
+from helpers import ROOT
 from model import GPT, GPTConfig
 from settings import MODEL_KEYS, parse_keys
 
