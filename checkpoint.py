@@ -100,16 +100,20 @@ def model_config_from_checkpoint(ckpt, path="checkpoint", **overrides):
 
 def load_model(path, device="cpu", **overrides):
     """(GPT with the checkpoint's weights, in eval mode on device, checkpoint dict)."""
-    from model import GPT
     ckpt = load_checkpoint(path, device)
-    config = model_config_from_checkpoint(ckpt, path, **overrides)
+    return model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **overrides), path, device), ckpt
+
+
+def model_from_checkpoint(ckpt, config, path="checkpoint", device="cpu"):
+    """GPT(config) holding ckpt's weights, in eval mode on device; one-line error if they do not fit."""
+    from model import GPT
     model = GPT(config)
     try:
         model.load_state_dict(ckpt["model"])
     except (RuntimeError, TypeError, AttributeError) as e:
         why = str(e).splitlines()[0][:160]
         raise CheckpointError(f"{path}: weights do not fit its model config ({why})") from None
-    return model.eval().to(device), ckpt
+    return model.eval().to(device)
 
 
 def run_checkpoint_path(out_dir, which="best"):

@@ -13,7 +13,13 @@ import time
 import torch
 
 from attention import check_impl_runs_on
-from checkpoint import CheckpointError, load_model, run_checkpoint_path
+from checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    model_config_from_checkpoint,
+    model_from_checkpoint,
+    run_checkpoint_path,
+)
 from configurator import fail
 from tokenizer import TokenizerError, load_tokenizer
 
@@ -70,8 +76,10 @@ def main(argv=None):
 
     try:  # every problem with the checkpoint, the prompt or the flags: one line, before any work
         overrides = {"attn_impl": args.attn_impl} if args.attn_impl else {}
-        model, ckpt = load_model(ckpt_path, device, **overrides)
-        check_impl_runs_on(model.config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+        ckpt = load_checkpoint(ckpt_path, device)
+        config = model_config_from_checkpoint(ckpt, ckpt_path, **overrides)
+        check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+        model = model_from_checkpoint(ckpt, config, ckpt_path, device)
         if "meta" not in ckpt:
             raise CheckpointError(f"{ckpt_path} lacks meta (the tokenizer); it was not written by train.py")
         tokenizer = load_tokenizer(ckpt["meta"])

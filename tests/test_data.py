@@ -472,22 +472,23 @@ def test_load_tokenizer_follows_meta():
 
 def test_configs_take_the_vocabulary_from_meta(gpt2_root, tmp_path):
     import train
-    tc, model, meta, _ = train.load_settings([os.path.join(ROOT, "config/gqa.py"), "--dataset=shakespeare",
+    tc, model, meta, _, _ = train.load_settings([os.path.join(ROOT, "config/gqa.py"), "--dataset=shakespeare",
                                               f"--data_dir={gpt2_root}"])
     assert model.vocab_size == 50257 and model.attention == "gqa" and meta["tokenizer"] == "tiktoken:gpt2"
-    tc, model, _, _ = train.load_settings([os.path.join(ROOT, "config/shakespeare_gpt2.py"), f"--data_dir={gpt2_root}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/shakespeare_gpt2.py"),
+                                              f"--data_dir={gpt2_root}"])
     assert tc.dataset == "shakespeare" and model.vocab_size == 50257
-    for name in ("openwebtext", "fineweb"):  # stand-in data: load_settings only reads meta.json
+    for name in ("openwebtext", "fineweb"):  # stand-in data: meta.json and a little more than one window
         (tmp_path / name).mkdir()
         for f in ("train.bin", "val.bin"):
-            (tmp_path / name / f).write_bytes(b"")
+            (tmp_path / name / f).write_bytes(bytes(2 * 1100))
         (tmp_path / name / "meta.json").write_text(json.dumps({"vocab_size": 50257, "dtype": "uint16",
                                                                "tokenizer": "tiktoken:gpt2"}))
-    tc, model, _, _ = train.load_settings([os.path.join(ROOT, "config/owt_gpt2_124m.py"), f"--data_dir={tmp_path}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/owt_gpt2_124m.py"), f"--data_dir={tmp_path}"])
     assert (model.n_layer, model.n_head, model.n_embd, model.block_size) == (12, 12, 768, 1024)
     assert (tc.batch_size, tc.gradient_accumulation_steps, tc.learning_rate, tc.max_iters, tc.weight_decay) == \
         (12, 40, 6e-4, 600000, 0.1)
-    tc, model, _, _ = train.load_settings([os.path.join(ROOT, "config/fineweb_gpt2.py"), f"--data_dir={tmp_path}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/fineweb_gpt2.py"), f"--data_dir={tmp_path}"])
     assert tc.dataset == "fineweb" and model.n_embd == 768
 
 
