@@ -150,6 +150,14 @@ class GPT(nn.Module):
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
+    @classmethod
+    def from_pretrained(cls, name_or_dir, **overrides):
+        """GPT-2's weights: a hub name (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a folder with its
+        config.json and model.safetensors; overrides such as attention="gqa", n_kv_head=4 or
+        attention="mla", kv_lora_rank=256 convert its attention (pretrained.py). ValueError, one line."""
+        from pretrained import load_gpt2
+        return load_gpt2(name_or_dir, **overrides)
+
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
