@@ -34,6 +34,7 @@ conversion) is a ValueError with one line; train.py and sample.py print it and e
 import json
 import os
 import sys
+from dataclasses import fields
 
 import torch
 
@@ -185,11 +186,11 @@ def convert_layer(state, prefix, config: GPTConfig):
 
 def target_config(source: dict, overrides: dict) -> GPTConfig:
     """The converted model's config: the source's keys plus the allowed overrides (one-line errors)."""
-    defaults = GPTConfig.__dataclass_fields__
+    defaults = {f.name: f.default for f in fields(GPTConfig)}
     for key, value in overrides.items():
         if key not in defaults:
             raise ValueError(f"unknown model key {key}=; a pretrained model takes {', '.join(OVERRIDABLE)}")
-        fixed = source.get(key, defaults[key].default)
+        fixed = source.get(key, defaults[key])
         if key not in OVERRIDABLE and value != fixed:
             raise ValueError(f"{key}={value!r} cannot change in a pretrained model (it has {key}={fixed!r}); "
                              f"drop it, or change only {', '.join(OVERRIDABLE)}")
@@ -202,6 +203,14 @@ def target_config(source: dict, overrides: dict) -> GPTConfig:
                          f"learned positions; use at most {source['block_size']}")
     latent_norm = {"mla_latent_norm": False} if attention == "mla" else {}
     return GPTConfig(**{**source, **latent_norm, **overrides})
+
+
+def overrides_from_keys(keys: dict) -> dict:
+    """The model keys of a parsed run (settings.parse_keys: every key, defaults included) that differ
+    from GPTConfig's defaults: what the run asks of the pretrained model. load_gpt2 refuses, in one
+    line, those that would change anything but OVERRIDABLE."""
+    defaults = {f.name: f.default for f in fields(GPTConfig)}
+    return {k: v for k, v in keys.items() if k in defaults and v != defaults[k]}
 
 
 def load_gpt2(name_or_dir, **overrides) -> GPT:
