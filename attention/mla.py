@@ -50,6 +50,7 @@ alone).
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attention.base import Attention, attend, resolve_impl
@@ -166,8 +167,18 @@ class MultiHeadLatentAttention(Attention):
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
-        return attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
-                      dropout_p=self.attn_dropout, impl=self._impl(q.device, q.size(-1)))
+        impl = self._impl(q.device, q.size(-1))
+        d_qk, d_v = q.size(-1), v.size(-1)
+        if impl == "sdpa" and d_qk != d_v and q.size(2) > 1:
+            # PyTorch's fused SDPA kernels need one head dim for q, k and v; with d_h + d_r != d_v it
+            # falls back to its unfused math (~5x slower training on CPU at T = 1k). Zero columns on
+            # the narrower side change no score (the scale is explicit) and no kept output column.
+            # (Not for one-token decoding steps: padding would copy the whole cache each step.)
+            width = max(d_qk, d_v)
+            q, k, v = (t if t.size(-1) == width else F.pad(t, (0, width - t.size(-1))) for t in (q, k, v))
+        y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
+                   dropout_p=self.attn_dropout, impl=impl)
+        return y[..., :d_v]
 
     def _absorbed(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
         """Attention on the cached latent (LatentCache). Returns (B,H,T,d_v).

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, decode_in_chunks,
-                     tiny_model_kwargs, train_args)
+                     set_attn_impl, tiny_model_kwargs, train_args)
 from attention.cache import KVCache, LatentCache
 from model import GPT, GPTConfig
 import train
@@ -314,3 +314,21 @@ def test_head_dim_keys_refuse_bad_values(kwargs, words):
     with pytest.raises(ValueError, match=words) as err:
         GPTConfig(**tiny_model_kwargs(**{"attention": "mla", **kwargs}))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [{}, {"qk_nope_head_dim": 6, "v_head_dim": 12, "rope_head_dim": 2}])
+def test_sdpa_training_path_equals_naive_attention_with_gradients(kw):
+    """The SDPA path pads q/k or v to one head dim (to stay on PyTorch's fused kernels); outputs and
+    gradients must equal the explicit-softmax path, which attends with the unpadded dims."""
+    model = make_model("rope", dropout=0.0, **kw).train()
+    idx = torch.randint(0, 65, (2, 30))
+    results = []
+    for impl in ("sdpa", "naive"):
+        set_attn_impl(model, impl)
+        model.zero_grad()
+        logits, loss = model(idx, idx)
+        loss.backward()
+        results.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    (got, got_grads), (want, want_grads) = results
+    assert (got - want).abs().max().item() <= 1e-5
+    assert max((a - b).abs().max().item() for a, b in zip(got_grads, want_grads)) <= 1e-5
