@@ -201,7 +201,7 @@ def write_config(folder, **changes):
     ("EMPTY", {}, "lacks config.json and model.safetensors"),
     ("LLAMA", {}, "model_type='llama', not gpt2"),
     ("FOLDER", {"attention": "gqa", "n_kv_head": 3}, "n_head % n_kv_head == 0"),
-    ("FOLDER", {"attention": "mla", "kv_lora_rank": 2 * C + 1}, "kv_lora_rank=65 is outside 1..64"),
+    ("FOLDER", {"attention": "mla", "kv_lora_rank": 2 * C + 1}, "kv_lora_rank=65 is larger than the K/V width"),
     ("FOLDER", {"attention": "gla"}, "cannot be converted"),
     ("FOLDER", {"n_layer": 3}, "n_layer=3 cannot change"),
     ("FOLDER", {"block_size": 49}, "block_size=49 exceeds"),
