@@ -8,6 +8,7 @@ file and the fix; train.py, sample.py and the analysis tools print it and exit 2
 """
 import os
 import pickle
+import warnings
 import zipfile
 
 import torch
@@ -63,11 +64,13 @@ def load_checkpoint(path, device="cpu", required=REQUIRED_KEYS) -> dict:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes); delete it and resume from another "
                               "checkpoint or train again")
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():  # the loader's own warnings would break the one-line error
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
-        if "weights only" in str(e).lower() or "weights_only" in str(e).lower():
-            raise CheckpointError(f"checkpoint {path} was refused by the weights-only loader: it holds "
-                                  "objects that would run code (nothing was run); only load files you trust "
+        if "GLOBAL" in str(e):  # the weights-only loader met a reference to code (a function or class)
+            raise CheckpointError(f"checkpoint {path} was refused by the weights-only loader: it refers to "
+                                  "code that loading would run (nothing was run); only load files you trust "
                                   "with another tool") from None
         raise CheckpointError(f"checkpoint {path} is not a PyTorch checkpoint (unpickling failed); "
                               "it may be truncated or another kind of file") from None
