@@ -205,11 +205,14 @@ def target_config(source: dict, overrides: dict) -> GPTConfig:
     return config
 
 
-def overrides_from_keys(keys: dict) -> dict:
-    """The model keys of a parsed run (settings.parse_keys: every key, defaults included) that differ
-    from GPTConfig's defaults: what the run asks of the pretrained model. load_gpt2 refuses, in one
-    line, those that would change anything but OVERRIDABLE."""
+def overrides_from_keys(keys: dict, explicit=None) -> dict:
+    """The model keys a parsed run asks of the pretrained model. keys: settings.parse_keys(argv, explicit)
+    (every key, defaults included); explicit: the keys the user set there. Without explicit, the
+    model keys that differ from GPTConfig's defaults. load_gpt2 refuses, in one line, those that
+    would change anything but OVERRIDABLE."""
     defaults = {f.name: f.default for f in fields(GPTConfig)}
+    if explicit is not None:
+        return {k: keys[k] for k in explicit if k in defaults}
     return {k: v for k, v in keys.items() if k in defaults and v != defaults[k]}
 
 

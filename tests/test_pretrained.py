@@ -184,9 +184,14 @@ def test_hub_names_download_config_and_safetensors(tmp_path, monkeypatch):
 def test_overrides_from_keys_of_the_uptrain_config(tmp_path):
     """What train.py passes for config/uptrain_gqa.py: the conversion and crop, and GPT-2's own values."""
     from settings import parse_keys
-    got = pretrained.overrides_from_keys(parse_keys(["config/uptrain_gqa.py"]))
-    assert got == {"attention": "gqa", "n_kv_head": 4, "block_size": 256, "bias": True,
-                   "gelu_approximate": "tanh", "pos_encoding": "learned"}
+    argv = ["config/uptrain_gqa.py", "--mla_latent_norm=True"]
+    by_default = pretrained.overrides_from_keys(parse_keys(argv))
+    assert by_default == {"attention": "gqa", "n_kv_head": 4, "block_size": 256, "bias": True,
+                          "gelu_approximate": "tanh", "pos_encoding": "learned"}
+    explicit = set()
+    got = pretrained.overrides_from_keys(parse_keys(argv, explicit), explicit)
+    assert got == {**by_default, "n_layer": 12, "n_head": 12, "n_embd": 768, "dropout": 0.0,
+                   "mla_latent_norm": True}   # set by the user, even where equal to the default
 
 
 def write_config(folder, **changes):
