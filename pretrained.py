@@ -216,6 +216,12 @@ def overrides_from_keys(keys: dict, explicit=None) -> dict:
     return {k: v for k, v in keys.items() if k in defaults and v != defaults[k]}
 
 
+def pretrained_config(name_or_dir, **overrides) -> GPTConfig:
+    """The (converted) model's GPTConfig from config.json alone: for checking a run's settings
+    before the weights are fetched (train.py's settings step); the same refusals as load_gpt2."""
+    return target_config(gpt2_config(pretrained_file(name_or_dir, "config.json")), overrides)
+
+
 def load_gpt2(name_or_dir, **overrides) -> GPT:
     """GPT with GPT-2's weights, converted to overrides['attention'] when asked (see the module docstring)."""
     source = gpt2_config(pretrained_file(name_or_dir, "config.json"))

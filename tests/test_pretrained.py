@@ -219,9 +219,10 @@ def test_bad_inputs_are_one_line_value_errors(tmp_path, name, overrides, words):
     if name == "LLAMA":
         write_config(folder, model_type="llama")
     name = {"EMPTY": str(tmp_path / "empty"), "LLAMA": str(folder), "FOLDER": str(folder)}.get(name, name)
-    with pytest.raises(ValueError, match=re.escape(words)) as err:
-        GPT.from_pretrained(name, **overrides)
-    assert "\n" not in str(err.value)
+    for load in (GPT.from_pretrained, pretrained.pretrained_config):   # the weights, or the config alone
+        with pytest.raises(ValueError, match=re.escape(words)) as err:
+            load(name, **overrides)
+        assert "\n" not in str(err.value)
 
 
 def test_sample_py_greedy_equals_reference_and_bad_input_exits_2(tmp_path, capsys):
