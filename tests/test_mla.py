@@ -12,11 +12,18 @@ import sys
 import pytest
 import torch
 
-from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, decode_in_chunks,
-                     set_attn_impl, tiny_model_kwargs, train_args)
-from attention.cache import KVCache, LatentCache
-from model import GPT, GPTConfig
 import train
+from attention.cache import KVCache, LatentCache
+from helpers import (
+    POS_ENCODINGS,
+    ROOT,
+    assert_sampling_same_with_and_without_cache,
+    decode_in_chunks,
+    set_attn_impl,
+    tiny_model_kwargs,
+    train_args,
+)
+from model import GPT, GPTConfig
 
 # tiny_model_kwargs: n_embd=32, n_head=4 -> d_h = 8; the paper's ratios give d_c = 32, d_r = 4
 
