@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention import VARIANTS, build_attention, variant_class
-from attention.dispatch import ATTN_IMPLS, impl_report
+from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
 
 POS_ENCODINGS = ("rope", "alibi", "learned", "none")
 
@@ -164,9 +164,12 @@ class GPT(nn.Module):
     # ---- which attention implementation runs (decided in attention/dispatch.py) ----
     def to(self, *args, **kwargs):
         """nn.Module.to, then every layer decides what runs on the new device, once: forward
-        passes (compiled ones too) only look the choice up."""
+        passes (compiled ones too) only look the choice up. Where attn_impl cannot run at all
+        (triton off CUDA without the interpreter) the choice waits for the first forward, so that
+        scripts can refuse first in one line (check_impl_runs_on)."""
         super().to(*args, **kwargs)
-        if next(self.parameters()).device.type != "meta":
+        device = next(self.parameters()).device
+        if device.type != "meta" and not why_impl_cannot_run(self.config.attn_impl, device):
             self.attn_impl_report()
         return self
 
