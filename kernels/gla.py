@@ -175,7 +175,7 @@ def _offdiag_scores(Q, K, BC, q_start, k_start, stride_qt, stride_qd, stride_kt,
         if USE_G:
             r = _row(BC, q_start, offs_k, DK, 1, T, DK)  # [BK]
             q = q * tl.exp(_tile(BC, tl.minimum(offs_i, T - 1), offs_k, DK, 1, T, DK) - r[None, :])
-            k = k * tl.exp(r[None, :] - _tile(BC, tl.minimum(offs_j, T - 1), offs_k, DK, 1, T, DK))
+            k = k * tl.exp(r[None, :] - _tile(BC, offs_j, offs_k, DK, 1, T, DK))  # keys before q_start < T
         a += tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
     return a
 
