@@ -10,7 +10,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 ATTENTIONS = {"mha": 0, "gqa": 2, "mqa": 0}   # attention -> n_kv_head (0 = implied)
-POS_ENCODINGS = ("rope", "alibi", "learned", "none")
+POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
 
 
 def tiny_model_kwargs(**overrides):
