@@ -72,6 +72,17 @@ def test_sinusoidal_code_is_added_to_the_token_embeddings():
     assert (seen[0] - (model.wte(idx) + code)).abs().max().item() < 1e-5
 
 
+@pytest.mark.parametrize("attention", ["mha", "gla"])
+def test_sinusoidal_generation_past_block_size_same_with_and_without_cache(attention):
+    """Absolute codes cannot slide a cache: past the window the cached path recomputes (softmax
+    variants) or keeps its state (GLA), and must print what recomputing every step prints."""
+    model = make_model(attention, "sinusoidal")
+    idx = torch.randint(0, 65, (2, 10), generator=torch.Generator().manual_seed(0))
+    with_cache = model.generate(idx, 40, temperature=0, use_cache=True)
+    assert torch.equal(with_cache, model.generate(idx, 40, temperature=0, use_cache=False))
+    assert len(set(with_cache[0, 10:].tolist())) >= 3
+
+
 # ---- the weights analyze.py reads ----
 
 @pytest.mark.parametrize("attention,pos_encoding", [("gqa", "rope"), ("mha", "alibi")])
