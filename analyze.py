@@ -75,6 +75,8 @@ def parse_args(argv=None):
 # ---- reading the model, its data and its attention ----
 def load_inputs(args):
     """(model, tokenizer, val tokens as a LongTensor, window length); every problem is one line."""
+    if not os.path.isdir(args.run_dir):
+        fail(f"{args.run_dir} is not a folder; pass a train.py out_dir (python analyze.py out-gqa)")
     try:
         model, ckpt = load_model(run_checkpoint_path(args.run_dir, args.ckpt), args.device,
                                  attn_impl="naive", mla_decode="expanded")

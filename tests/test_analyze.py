@@ -217,6 +217,19 @@ def test_analyze_writes_pngs_and_json_for_every_variant(data_root, tmp_path, att
     assert (tmp_path / "out" / "analysis.md").read_text().startswith("# Attention analysis")
 
 
+def test_compare_positions_draws_runs_side_by_side(data_root, tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import compare_positions
+    folders = []
+    for pos_encoding in ("rope", "learned"):
+        run = save_checkpoint(str(tmp_path / pos_encoding), data_root, "mha", pos_encoding)
+        analyze.main([run, "--windows=2"])
+        folders.append(os.path.join(run, "analysis"))
+    compare_positions.main([*folders, "--out", str(tmp_path / "positions.png")])
+    with open(tmp_path / "positions.png", "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+
+
 @pytest.mark.parametrize("args,words", [
     (["--layers", "0", "2"], "the model has 2 layers"),
     (["--length=64"], "longer than block_size=32"),
@@ -234,10 +247,12 @@ def test_analyze_bad_input_is_one_line_and_exit_2(data_root, tmp_path, capsys, a
     assert not os.path.exists(os.path.join(run, "analysis"))  # no work started
 
 
-def test_analyze_cli_missing_checkpoint(tmp_path):
-    r = subprocess.run([sys.executable, "analyze.py", str(tmp_path / "nothing")], cwd=ROOT,
+@pytest.mark.parametrize("folder,words", [("empty", "not found"), ("missing", "is not a folder")])
+def test_analyze_cli_missing_checkpoint(tmp_path, folder, words):
+    (tmp_path / "empty").mkdir()
+    r = subprocess.run([sys.executable, "analyze.py", str(tmp_path / folder)], cwd=ROOT,
                        capture_output=True, text=True, check=False)
-    assert r.returncode == 2 and "not found" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_recording_is_off_outside_the_context():
