@@ -20,6 +20,10 @@ from attention.positional import sinusoidal_encoding
 
 POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
 ABSOLUTE_POSITIONS = ("learned", "sinusoidal")   # added to the token embeddings
+# The sin/cos code (elements of rms 1/sqrt(2)) is scaled to the rms of the 0.02-std tables of
+# _init_weights (wte, and wpe for learned): at full scale its norm is ~35x a token's here and
+# training stalls (the paper scales the embeddings up by sqrt(d_model) instead; GPT-2's init does not).
+SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)
 
 
 @dataclass
@@ -160,7 +164,7 @@ class GPT(nn.Module):
                 raise ValueError(f"learned positions stop at block_size={self.config.block_size}")
             x = x + self.wpe(pos)
         elif self.config.pos_encoding == "sinusoidal":
-            x = x + sinusoidal_encoding(pos, self.config.n_embd).to(x.dtype)
+            x = x + (SINUSOIDAL_SCALE * sinusoidal_encoding(pos, self.config.n_embd)).to(x.dtype)
         x = self.drop(x)
         for i, block in enumerate(self.h):
             x = block(x, pos, caches[i] if caches is not None else None)

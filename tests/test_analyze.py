@@ -69,7 +69,8 @@ def test_sinusoidal_code_is_added_to_the_token_embeddings():
         model(idx)
     angles = torch.arange(20.0)[:, None] / 10000 ** (torch.arange(0, 32, 2) / 32)
     code = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)
-    assert (seen[0] - (model.wte(idx) + code)).abs().max().item() < 1e-5
+    code = code * 0.02 * 2 ** 0.5   # scaled to the rms of a 0.02-std embedding table
+    assert (seen[0] - (model.wte(idx) + code)).abs().max().item() < 1e-6
 
 
 @pytest.mark.parametrize("attention", ["mha", "gla"])
@@ -80,7 +81,7 @@ def test_sinusoidal_generation_past_block_size_same_with_and_without_cache(atten
     idx = torch.randint(0, 65, (2, 10), generator=torch.Generator().manual_seed(0))
     with_cache = model.generate(idx, 40, temperature=0, use_cache=True)
     assert torch.equal(with_cache, model.generate(idx, 40, temperature=0, use_cache=False))
-    assert len(set(with_cache[0, 10:].tolist())) >= 3
+    assert len(set(with_cache[:, 10:].flatten().tolist())) >= 3
 
 
 # ---- the weights analyze.py reads ----
