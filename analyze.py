@@ -81,7 +81,8 @@ def load_inputs(args):
         model, ckpt = load_model(run_checkpoint_path(args.run_dir, args.ckpt), args.device,
                                  attn_impl="naive", mla_decode="expanded")
         if "meta" not in ckpt or "config" not in ckpt:
-            raise CheckpointError(f"{args.run_dir}: the checkpoint lacks meta or config; it was not written by train.py")
+            raise CheckpointError(f"{args.run_dir}: the checkpoint lacks meta or config; "
+                                  "it was not written by train.py")
         tokenizer = load_tokenizer(ckpt["meta"])
     except (TokenizerError, ValueError) as e:  # CheckpointError is a ValueError
         fail(str(e))

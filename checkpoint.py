@@ -8,6 +8,7 @@ file and the fix; train.py, sample.py and the analysis tools print it and exit 2
 """
 import os
 import pickle
+import warnings
 import zipfile
 
 import torch
@@ -63,11 +64,13 @@ def load_checkpoint(path, device="cpu", required=REQUIRED_KEYS) -> dict:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes); delete it and resume from another "
                               "checkpoint or train again")
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        with warnings.catch_warnings():  # the loader's own warnings would break the one-line error
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
-        if "weights only" in str(e).lower() or "weights_only" in str(e).lower():
-            raise CheckpointError(f"checkpoint {path} was refused by the weights-only loader: it holds "
-                                  "objects that would run code (nothing was run); only load files you trust "
+        if "GLOBAL" in str(e):  # the weights-only loader met a reference to code (a function or class)
+            raise CheckpointError(f"checkpoint {path} was refused by the weights-only loader: it refers to "
+                                  "code that loading would run (nothing was run); only load files you trust "
                                   "with another tool") from None
         raise CheckpointError(f"checkpoint {path} is not a PyTorch checkpoint (unpickling failed); "
                               "it may be truncated or another kind of file") from None
@@ -97,16 +100,20 @@ def model_config_from_checkpoint(ckpt, path="checkpoint", **overrides):
 
 def load_model(path, device="cpu", **overrides):
     """(GPT with the checkpoint's weights, in eval mode on device, checkpoint dict)."""
-    from model import GPT
     ckpt = load_checkpoint(path, device)
-    config = model_config_from_checkpoint(ckpt, path, **overrides)
+    return model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **overrides), path, device), ckpt
+
+
+def model_from_checkpoint(ckpt, config, path="checkpoint", device="cpu"):
+    """GPT(config) holding ckpt's weights, in eval mode on device; one-line error if they do not fit."""
+    from model import GPT
     model = GPT(config)
     try:
         model.load_state_dict(ckpt["model"])
     except (RuntimeError, TypeError, AttributeError) as e:
         why = str(e).splitlines()[0][:160]
         raise CheckpointError(f"{path}: weights do not fit its model config ({why})") from None
-    return model.eval().to(device), ckpt
+    return model.eval().to(device)
 
 
 def run_checkpoint_path(out_dir, which="best"):

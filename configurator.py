@@ -6,6 +6,7 @@ parsed as Python literals and checked against the key's declared type. Any probl
 raised as ConfigError with a one-line message; the scripts print it and exit 2.
 """
 import ast
+import difflib
 import os
 import sys
 
@@ -36,16 +37,28 @@ def _exec_config_file(path, namespace):
     base = os.path.dirname(os.path.abspath(path))
     namespace["include"] = lambda rel: _exec_config_file(os.path.join(base, rel), namespace)
     with open(path) as f:
-        code = compile(f.read(), path, "exec")
+        source = f.read()
+    try:
+        code = compile(source, path, "exec")
+    except SyntaxError as e:
+        raise ConfigError(f"{path}, line {e.lineno}: syntax error: {e.msg}") from None
     try:
         exec(code, namespace)
     except Exception as e:  # a user's config file: report it in one line
         raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
 
 
-def parse_config(argv, types: dict, defaults: dict) -> dict:
-    """argv: config files then --key=value; types/defaults: key -> type / default value."""
+def _unknown(key, types, where):
+    close = difflib.get_close_matches(key, types, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else "python train.py --help lists them"
+    return ConfigError(f"unknown key {key!r} in {where}; {hint}")
+
+
+def parse_config(argv, types: dict, defaults: dict, explicit: set | None = None) -> dict:
+    """argv: config files then --key=value; types/defaults: key -> type / default value.
+    explicit, when given, receives the keys that a config file or an override set."""
     config = dict(defaults)
+    explicit = set() if explicit is None else explicit
     for arg in argv:
         if not arg.startswith("--"):
             namespace = {}
@@ -54,17 +67,19 @@ def parse_config(argv, types: dict, defaults: dict) -> dict:
                 if key.startswith("_") or key == "include" or callable(value) or type(value).__name__ == "module":
                     continue
                 if key not in types:
-                    raise ConfigError(f"{arg} sets unknown key {key!r}; known keys: {', '.join(sorted(types))}")
+                    raise _unknown(key, types, arg)
                 config[key] = _check_type(key, value, types[key], value)
+                explicit.add(key)
             continue
         key, eq, raw = arg[2:].partition("=")
         if not eq:
             raise ConfigError(f"override {arg!r} must look like --key=value")
         if key not in types:
-            raise ConfigError(f"unknown key {key!r} in {arg}; known keys: {', '.join(sorted(types))}")
+            raise _unknown(key, types, arg)
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             value = raw  # a bare word such as --dataset=shakespeare_char
         config[key] = _check_type(key, value, types[key], raw)
+        explicit.add(key)
     return config

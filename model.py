@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention import VARIANTS, build_attention, variant_class
-from attention.base import ATTN_IMPLS
+from attention.dispatch import ATTN_IMPLS, impl_report
 from attention.positional import sinusoidal_encoding
 
 POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
@@ -76,20 +76,12 @@ class GPTConfig:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if self.pos_encoding == "rope" and self.attention != "mla" and (self.n_embd // self.n_head) % 2:
             raise ValueError(f"RoPE needs an even head dim, got {self.n_embd // self.n_head}; change n_embd or n_head")
+        variant = variant_class(self.attention)
         if self.n_kv_head == 0:
-            self.n_kv_head = 1 if self.attention == "mqa" else self.n_head
-        if self.attention == "mha" and self.n_kv_head != self.n_head:
-            raise ValueError(f"attention=mha means n_kv_head = n_head = {self.n_head}, got {self.n_kv_head}; use attention=gqa")
-        if self.attention == "mqa" and self.n_kv_head != 1:
-            raise ValueError(f"attention=mqa means n_kv_head = 1, got {self.n_kv_head}; use attention=gqa")
-        if self.attention == "gqa" and not (1 < self.n_kv_head < self.n_head and self.n_head % self.n_kv_head == 0):
-            raise ValueError(f"attention=gqa needs 1 < n_kv_head < n_head with n_head % n_kv_head == 0, "
-                             f"got n_head={self.n_head} n_kv_head={self.n_kv_head}")
+            self.n_kv_head = variant.default_n_kv_head(self)
+        variant.check_config(self)  # the variant's own rules (KV heads, allowed positions, its knobs)
         if self.n_kv_head < 1 or self.n_head % self.n_kv_head:
             raise ValueError(f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}")
-        check = getattr(variant_class(self.attention), "check_config", None)
-        if check is not None:  # a variant's own rules (allowed positions, its knobs)
-            check(self)
 
     def to_dict(self):
         return asdict(self)
@@ -152,6 +144,22 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    # ---- which attention implementation runs (decided in attention/dispatch.py) ----
+    def to(self, *args, **kwargs):
+        """nn.Module.to, then every layer decides what runs on the new device, once: forward
+        passes (compiled ones too) only look the choice up."""
+        super().to(*args, **kwargs)
+        if next(self.parameters()).device.type != "meta":
+            self.attn_impl_report()
+        return self
+
+    def attn_impl_report(self, device=None) -> dict:
+        """What attention runs on `device` (default: the model's), for logs and summary.json:
+        {"requested": attn_impl, "used": triton|sdpa|naive (or per path / per layer where they
+        differ), "why": the reasons for any fallback, or None}."""
+        device = device if device is not None else next(self.parameters()).device
+        return impl_report([b.attn.impl_choices(device) for b in self.h])
+
     def forward(self, idx, targets=None, caches=None, last_only=False):
         """idx (B, T) -> logits (B, T, V) (or (B, 1, V) with last_only), loss or None.
         With caches, idx holds only the new tokens and positions continue from the caches."""
@@ -187,13 +195,13 @@ class GPT(nn.Module):
     def cache_state_elems(self) -> int:
         """Constant decoding state (elements, batch 1, all layers): linear attention's
         recurrent state; 0 for K/V caches, which grow per token instead."""
-        return sum(getattr(b.attn, "cache_state_elems", lambda: 0)() for b in self.h)
+        return sum(b.attn.cache_state_elems() for b in self.h)
 
     def context_window(self, max_context=None) -> int:
         """How many tokens decoding keeps: learned positions end at block_size, and so do
-        variants whose pattern is defined on block_size (attribute `context_within_block_size`);
+        variants whose pattern is defined on block_size (`Attention.context_within_block_size`);
         RoPE, ALiBi and no positions slide a cache of max_context (default block_size) tokens."""
-        limited = self.wpe is not None or any(getattr(b.attn, "context_within_block_size", False) for b in self.h)
+        limited = self.wpe is not None or any(b.attn.context_within_block_size for b in self.h)
         if limited and max_context and max_context > self.config.block_size:
             why = "learned positions stop" if self.wpe is not None else f"attention={self.config.attention} is defined up to"
             raise ValueError(f"{why} at block_size={self.config.block_size}; lower max_context to at most that")
@@ -247,10 +255,12 @@ class GPT(nn.Module):
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
-    def flops_per_token(self) -> float:
-        """Training FLOPs per token (PaLM appendix B): 6N for the weights plus each layer's
-        attention (12 * H * D * T for softmax over T keys; less for sparse and linear)."""
-        return 6 * self.num_params() + sum(b.attn.attn_flops_per_token(self.config.block_size) for b in self.h)
+    def flops_per_token(self, seq_len=None) -> float:
+        """Training FLOPs per token (PaLM appendix B) at seq_len (default block_size): 6N for the
+        weights plus each layer's attention (12 * H * D * T for softmax over T keys; less for
+        sparse and linear)."""
+        seq_len = seq_len or self.config.block_size
+        return 6 * self.num_params() + sum(b.attn.attn_flops_per_token(seq_len) for b in self.h)
 
     def estimate_mfu(self, tokens_per_sec: float, device: torch.device):
         """Model FLOPs utilization against the device's bf16 dense peak; None when unknown (CPU)."""

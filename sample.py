@@ -12,9 +12,15 @@ import time
 
 import torch
 
-from attention.base import check_impl_runs_on
+from attention import check_impl_runs_on
+from checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    model_config_from_checkpoint,
+    model_from_checkpoint,
+    run_checkpoint_path,
+)
 from configurator import fail
-from checkpoint import CheckpointError, load_model, run_checkpoint_path
 from tokenizer import TokenizerError, load_tokenizer
 
 
@@ -70,8 +76,10 @@ def main(argv=None):
 
     try:  # every problem with the checkpoint, the prompt or the flags: one line, before any work
         overrides = {"attn_impl": args.attn_impl} if args.attn_impl else {}
-        model, ckpt = load_model(ckpt_path, device, **overrides)
-        check_impl_runs_on(model.config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+        ckpt = load_checkpoint(ckpt_path, device)
+        config = model_config_from_checkpoint(ckpt, ckpt_path, **overrides)
+        check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+        model = model_from_checkpoint(ckpt, config, ckpt_path, device)
         if "meta" not in ckpt:
             raise CheckpointError(f"{ckpt_path} lacks meta (the tokenizer); it was not written by train.py")
         tokenizer = load_tokenizer(ckpt["meta"])
@@ -88,6 +96,7 @@ def main(argv=None):
     for s in range(args.num_samples):
         sys.stdout.write(start)
         pending, n_new, t0 = [], 0, time.time()  # pending: ids not printed yet
+        printed = []
         for next_id in model.generate_stream(x, args.max_new_tokens, temperature=args.temperature,
                                              top_k=args.top_k or None, top_p=args.top_p, generator=generator,
                                              use_cache=not args.no_cache, max_context=args.max_context or None):
@@ -97,8 +106,14 @@ def main(argv=None):
             if not text.endswith("\ufffd"):  # else wait for the rest of a multi-byte character
                 sys.stdout.write(text)
                 sys.stdout.flush()
+                printed.append(text)
                 pending = []
-        sys.stdout.write(tokenizer.decode(pending) + "\n---------------\n")
+        printed.append(tokenizer.decode(pending))
+        sys.stdout.write(printed[-1] + "\n---------------\n")
+        if args.temperature == 0 and not "".join(printed).strip():
+            print("note: greedy decoding from this prompt gives only whitespace (a character model's most likely "
+                  "token after a newline is often another); pass text with --start, e.g. --start='ROMEO:'",
+                  file=sys.stderr)
         dt = time.time() - t0
         print(f"sample {s + 1}: {n_new} tokens in {dt:.2f}s ({n_new / dt:.1f} tokens/s, "
               f"{'no cache' if args.no_cache else 'kv cache'})", file=sys.stderr)

@@ -2,321 +2,159 @@
 
     python train.py config/gqa.py                       # a config file, then overrides
     python train.py config/gqa.py --batch_size=32 --device=cpu
+    python train.py --help                              # every key, its type, default and meaning
     torchrun --standalone --nproc_per_node=8 train.py config/owt_gpt2_124m.py   # DDP
     torchrun --standalone --nproc_per_node=8 train.py config/owt_gpt2_124m.py --strategy=fsdp
 
-Writes to out_dir: ckpt.pt (latest, at every eval), log.jsonl (one line per eval) and
-summary.json (at the end). init_from=resume continues from out_dir/ckpt.pt.
+Writes to out_dir at every evaluation: ckpt.pt (to resume), best.pt (the weights of the best
+validation loss), a line of log.jsonl and summary.json ("finished": false until the end).
+init_from=resume continues from out_dir/ckpt.pt. A lock file keeps a second run out of the
+same out_dir. Exit status: 0 done, 2 bad input or checkpoint, 3 non-finite loss (the last
+good checkpoint kept), 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM after saving.
 """
 import json
 import math
 import os
-import resource
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-
+from attention import check_impl_runs_on
+from batches import Batches, check_token_files
+from checkpoint import CheckpointError, load_checkpoint, model_config_from_checkpoint, remove_stale_tmp, save_atomic
 from configurator import ConfigError, fail
-from attention.base import check_impl_runs_on
 from model import GPT, GPTConfig
-from settings import MODEL_KEYS, TRAIN_KEYS, TrainConfig, parse_keys
+from runfiles import (
+    BadStepWatch,
+    NonFinite,
+    RunLock,
+    StopSignals,
+    all_ranks_max,
+    cut_log,
+    peak_memory_bytes,
+    write_json_atomic,
+)
+from settings import (
+    MODEL_KEYS,
+    RESUME_MAY_CHANGE,
+    TRAIN_KEYS,
+    TrainConfig,
+    check_data,
+    check_train_values,
+    parse_keys,
+    resolve_device,
+    resolve_dtype,
+    train_help,
+)
+
+RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss")
 
 
+# ---- settings: everything checked before any work ----
 def load_settings(argv):
-    """Parse, then validate everything (model shape included) before any work."""
-    cfg = parse_keys(argv)
+    """-> (TrainConfig, GPTConfig, meta, flat config, resume checkpoint or None). ConfigError on bad input."""
+    explicit = set()
+    cfg = parse_keys(argv, explicit)
     tc = TrainConfig(**{k: cfg[k] for k in TRAIN_KEYS})
-    if tc.init_from not in ("scratch", "resume"):
-        raise ConfigError(f"init_from={tc.init_from!r}; choose scratch or resume")
-    if tc.strategy not in ("ddp", "fsdp"):
-        raise ConfigError(f"strategy={tc.strategy!r}; choose ddp or fsdp")
-    if tc.dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise ConfigError(f"dtype={tc.dtype!r}; choose auto, float32, bfloat16 or float16")
-    for key in ("eval_interval", "log_interval", "eval_iters", "batch_size", "gradient_accumulation_steps"):
-        if getattr(tc, key) < 1:
-            raise ConfigError(f"{key}={getattr(tc, key)} must be at least 1")
+    check_train_values(tc)
     world = int(os.environ.get("WORLD_SIZE", 1)) if "RANK" in os.environ else 1  # torchrun sets both
     if tc.gradient_accumulation_steps % world:
         raise ConfigError(f"gradient_accumulation_steps={tc.gradient_accumulation_steps} (the total over all ranks) "
                           f"must be a multiple of the {world} ranks")
     model_cfg = {k: cfg[k] for k in MODEL_KEYS}
     GPTConfig(vocab_size=1, **model_cfg)  # shapes first: a bad model config fails before the data is looked at
-    on_cuda = tc.device.startswith("cuda") or (tc.device == "auto" and torch.cuda.is_available())
-    check_impl_runs_on(cfg["attn_impl"], "cuda" if on_cuda else "cpu")
-    data = os.path.join(tc.data_dir, tc.dataset)
-    missing = [f for f in ("train.bin", "val.bin", "meta.json") if not os.path.exists(os.path.join(data, f))]
-    if missing:
-        script = os.path.join("data", tc.dataset, "prepare.py")
-        how = f"python {script} --out_dir {data}" if os.path.exists(script) else f"add data/{tc.dataset}/prepare.py"
-        raise ConfigError(f"dataset {tc.dataset!r} is missing {', '.join(missing)} in {data}; make it with: {how}")
-    with open(os.path.join(data, "meta.json")) as f:
-        meta = json.load(f)
+    device = resolve_device(tc.device)
+    tc.dtype = resolve_dtype(tc.dtype, device)
+    check_impl_runs_on(cfg["attn_impl"], device.split(":")[0])
+    meta = check_data(tc)
     gptconf = GPTConfig(vocab_size=meta["vocab_size"], **model_cfg)
+    checkpoint = None
+    if tc.init_from == "resume":
+        checkpoint, gptconf = read_resume_checkpoint(tc, gptconf, explicit)
+    check_token_files(os.path.join(tc.data_dir, tc.dataset), meta, gptconf.block_size)
     try:
         os.makedirs(tc.out_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot create out_dir={tc.out_dir!r} ({e.strerror}); pick a writable folder") from None
-    return tc, gptconf, meta, cfg
+    return tc, gptconf, meta, cfg, checkpoint
 
 
-def main(argv=None):
-    try:
-        tc, gptconf, meta, flat_cfg = load_settings(sys.argv[1:] if argv is None else argv)
-    except ValueError as e:  # ConfigError and GPTConfig's validation
-        if int(os.environ.get("RANK", 0)) > 0:
-            sys.exit(2)  # under torchrun, rank 0 says it once
-        fail(str(e))
+def read_resume_checkpoint(tc, gptconf, explicit):
+    """out_dir/ckpt.pt, checked against the command line and the dataset before any work."""
+    path = os.path.join(tc.out_dir, "ckpt.pt")
+    if not os.path.exists(path):
+        raise ConfigError(f"init_from=resume but {path} does not exist; train with init_from=scratch first")
+    ckpt = load_checkpoint(path, "cpu", required=RESUME_KEYS)
+    saved = model_config_from_checkpoint(ckpt, path, attn_impl=gptconf.attn_impl, dropout=gptconf.dropout)
+    differ = [f"{k}={getattr(gptconf, k)!r} (checkpoint: {getattr(saved, k)!r})" for k in sorted(explicit)
+              if k in MODEL_KEYS and k not in RESUME_MAY_CHANGE and getattr(gptconf, k) != getattr(saved, k)]
+    if differ:
+        raise ConfigError(f"resume: {', '.join(differ)} differ from {path}; drop them or train a new out_dir")
+    if saved.vocab_size != gptconf.vocab_size:
+        raise ConfigError(f"resume: {path} has vocab_size={saved.vocab_size} but dataset {tc.dataset!r} has "
+                          f"{gptconf.vocab_size}; resume on the dataset it was trained on")
+    return ckpt, saved
 
-    # ---- distributed setup (torchrun sets RANK) ----
-    distributed = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun
-    device = tc.device if tc.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if distributed:
-        rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-        tc.gradient_accumulation_steps //= world
-        from torch.distributed import init_process_group
-        if device.startswith("cuda"):  # one GPU per rank
-            device = f"cuda:{local_rank}"
-            torch.cuda.set_device(device)
-        # NCCL is GPU-only: ranks on CPU (e.g. a laptop check of a DDP setup) talk over gloo
-        init_process_group(backend=tc.backend if device.startswith("cuda") else "gloo")
-    else:
-        rank, world = 0, 1
-    master = rank == 0
-    fsdp = distributed and tc.strategy == "fsdp"
-    ddp = distributed and not fsdp
-    device_type = "cuda" if "cuda" in device else device
-    if device_type == "cuda" and not torch.cuda.is_available():
-        fail("device=cuda but CUDA is not available; use --device=cpu")
-    dtype = tc.dtype if tc.dtype != "auto" else (
-        "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32")
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    autocast = nullcontext() if device_type == "cpu" or dtype == "float32" else torch.autocast(device_type, dtype=ptdtype)
-    # Randomness a resumed run must repeat is a function of (seed, rank, step) alone: training
-    # batch n of rank r, and the dropout masks of each step. Resuming then
-    # reproduces the uninterrupted run on every rank, with no RNG state to gather or restore.
-    # Every evaluation reads the same windows, so losses compare across evals.
-    batch_gen, eval_gen = torch.Generator(), torch.Generator()
 
-    def rank_seed(stream, n):  # stream 0: training batches, 1: dropout
-        return ((tc.seed * 1_000_003 + rank) * 2 + stream) * 1_000_003 + n
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+# ---- distributed setup ----
+@dataclass
+class Dist:
+    device: str
+    rank: int = 0
+    local_rank: int = 0
+    world: int = 1
+    strategy: str = ""  # "" (one process), "ddp" or "fsdp"
 
-    ckpt_path = os.path.join(tc.out_dir, "ckpt.pt")
-    iter_num, best_val_loss, checkpoint = 0, float("inf"), None
-    if tc.init_from == "resume":
-        if not os.path.exists(ckpt_path):
-            fail(f"init_from=resume but {ckpt_path} does not exist; train with init_from=scratch first")
-        checkpoint = torch.load(ckpt_path, map_location=device, weights_only=True)
-        gptconf = GPTConfig.from_dict({**checkpoint["model_args"], "attn_impl": gptconf.attn_impl})
-        iter_num, best_val_loss = checkpoint["iter_num"], checkpoint["best_val_loss"]
-    tokens_per_iter = tc.gradient_accumulation_steps * world * tc.batch_size * gptconf.block_size
+    @property
+    def master(self):
+        return self.rank == 0
 
-    # ---- data: random windows from the memmap (re-opened each call: np.memmap leaks otherwise) ----
-    data_dir = os.path.join(tc.data_dir, tc.dataset)
-    np_dtype = np.dtype(meta.get("dtype", "uint16"))
-    for split in ("train", "val"):
-        size = os.path.getsize(os.path.join(data_dir, f"{split}.bin"))
-        if size % np_dtype.itemsize:
-            fail(f"{split}.bin is {size} bytes, not a whole number of {np_dtype} tokens (meta.json); re-run the prepare script")
-        n = size // np_dtype.itemsize
-        if n <= gptconf.block_size:
-            fail(f"{split}.bin holds {n} tokens, not more than block_size={gptconf.block_size}; lower block_size")
 
-    def get_batch(split, gen, load=True):
-        """batch_size random windows drawn from gen; load=False only draws them (keeps gen in step)."""
-        data = np.memmap(os.path.join(data_dir, f"{split}.bin"), dtype=np_dtype, mode="r")
-        ix = torch.randint(len(data) - gptconf.block_size, (tc.batch_size,), generator=gen)
-        if not load:
-            return None
-        x = torch.stack([torch.from_numpy(data[i:i + gptconf.block_size].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + gptconf.block_size].astype(np.int64)) for i in ix])
-        if device_type == "cuda":
-            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-        return x.to(device), y.to(device)
+def setup_distributed(tc: TrainConfig) -> Dist:
+    device = resolve_device(tc.device)
+    if int(os.environ.get("RANK", -1)) == -1:  # not launched by torchrun
+        return Dist(device)
+    from torch.distributed import init_process_group
+    dist = Dist(device, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]),
+                tc.strategy)
+    if device.startswith("cuda"):  # one GPU per rank
+        dist.device = f"cuda:{dist.local_rank}"
+        torch.cuda.set_device(dist.device)
+    # NCCL is GPU-only: ranks on CPU (e.g. a laptop check of a DDP setup) talk over gloo
+    init_process_group(backend=tc.backend if device.startswith("cuda") else "gloo")
+    tc.gradient_accumulation_steps //= dist.world
+    return dist
 
-    def train_batch(n):
-        return get_batch("train", batch_gen.manual_seed(rank_seed(0, n)))
 
-    # ---- model, optimizer ----
+# ---- model and optimizer ----
+def build_model(tc, gptconf, dist, checkpoint, ptdtype):
+    """-> (model as called in the loop (compiled / DDP-wrapped), the raw GPT, optimizer, scaler)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
     torch.manual_seed(tc.seed)  # the same initial weights on every rank (FSDP shards them as they are)
-    model = GPT(gptconf).to(device)
-    n_params = model.num_params()  # before sharding: counts whole tensors
-    if fsdp:
-        shard_model(model, ptdtype)
-    optimizer = model.configure_optimizers(tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2), device_type)
+    raw = GPT(gptconf).to(dist.device)
+    raw.n_params = raw.num_params()  # before sharding: counts whole tensors
+    if dist.strategy == "fsdp":
+        shard_model(raw, ptdtype)
+    device_type = dist.device.split(":")[0]
+    optimizer = raw.configure_optimizers(tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2), device_type)
     if checkpoint is not None:
         # full (unsharded) tensors, keyed by parameter name: the same checkpoint resumes
         # a single process, DDP or FSDP run
-        set_state_dict(model, optimizer, model_state_dict=checkpoint["model"],
-                       optim_state_dict=checkpoint["optimizer"], options=StateDictOptions(full_state_dict=True))
-    scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")
-    raw_model = model
-    if tc.compile:
-        model = torch.compile(model)
-    if ddp:
+        try:
+            set_state_dict(raw, optimizer, model_state_dict=checkpoint["model"],
+                           optim_state_dict=checkpoint["optimizer"], options=StateDictOptions(full_state_dict=True))
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise CheckpointError(f"{tc.out_dir}/ckpt.pt does not fit its model config "
+                                  f"({str(e).splitlines()[0][:160]})") from None
+    scaler = torch.amp.GradScaler(device_type, enabled=ptdtype == torch.float16)
+    model = torch.compile(raw) if tc.compile else raw
+    if dist.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
-    kv_bytes = raw_model.cache_elems_per_token() * ptdtype.itemsize
-
-    @torch.no_grad()
-    def estimate_loss():
-        """Mean loss over the same eval_iters windows at every evaluation. Under torchrun the
-        ranks share them out: rank r takes windows r, r + world, ... and the sums are
-        all-reduced. Every rank runs the same number of forwards (under FSDP and DDP each one
-        is a collective), so a rank short of a window runs a dummy one with weight 0."""
-        out = {}
-        model.eval()
-        eval_gen.manual_seed(tc.seed + 1)
-        dummy = torch.zeros(tc.batch_size, gptconf.block_size, dtype=torch.long, device=device)
-        for split in ("train", "val"):
-            total = torch.zeros((), device=device)
-            for k in range(math.ceil(tc.eval_iters / world) * world):
-                real, mine = k < tc.eval_iters, k % world == rank
-                if real:  # every rank draws every window, in order; it loads only its own
-                    batch = get_batch(split, eval_gen, load=mine)
-                if mine:
-                    X, Y = batch if real else (dummy, dummy)
-                    with autocast:
-                        _, loss = model(X, Y)
-                    total += loss.float() * real
-            if distributed:
-                torch.distributed.all_reduce(total)
-            out[split] = total.item() / tc.eval_iters
-        model.train()
-        return out
-
-    def get_lr(it):
-        if not tc.decay_lr:
-            return tc.learning_rate
-        if it < tc.warmup_iters:
-            return tc.learning_rate * (it + 1) / (tc.warmup_iters + 1)
-        if it > tc.lr_decay_iters:
-            return tc.min_lr
-        ratio = (it - tc.warmup_iters) / max(1, tc.lr_decay_iters - tc.warmup_iters)
-        return tc.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (tc.learning_rate - tc.min_lr)
-
-    def save_checkpoint():
-        """Every rank calls it (under FSDP the full tensors are gathered); rank 0 writes."""
-        model_sd, optim_sd = get_state_dict(raw_model, optimizer,
-                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if not master:
-            return
-        ckpt = {"model": model_sd, "optimizer": optim_sd,
-                "model_args": gptconf.to_dict(), "config": flat_cfg, "meta": meta,
-                "iter_num": iter_num, "best_val_loss": best_val_loss,
-                "rng": {"scheme": "seeded by (seed, rank, step)", "seed": tc.seed}}
-        tmp = ckpt_path + ".tmp"
-        torch.save(ckpt, tmp)
-        os.replace(tmp, ckpt_path)  # never a half-written ckpt.pt
-
-    wandb = None
-    if master:
-        os.makedirs(tc.out_dir, exist_ok=True)
-        run_name = tc.wandb_run_name or f"{gptconf.attention}-{gptconf.pos_encoding}"
-        print(f"{run_name}: {n_params / 1e6:.2f}M params, {tokens_per_iter:,} tokens/iter, "
-              f"device {device} {dtype}, attn_impl {gptconf.attn_impl}")
-        if tc.wandb_log:
-            import wandb
-            wandb.init(project=tc.wandb_project, group=tc.wandb_group or None, name=run_name,
-                       config={**flat_cfg, "n_kv_head": gptconf.n_kv_head, "params": n_params,
-                               "kv_cache_bytes_per_token": kv_bytes,
-                               "cache_state_bytes": raw_model.cache_state_elems() * 4})
-    log_mode = "a" if tc.init_from == "resume" else "w"
-    log_file = open(os.path.join(tc.out_dir, "log.jsonl"), log_mode) if master else None
-
-    # ---- training loop ----
-    n_batch = iter_num * tc.gradient_accumulation_steps  # this rank's batches drawn so far
-    X, Y = train_batch(n_batch)
-    start_iter, t_start = iter_num, time.time()
-    train_time, train_tokens, window_t, window_iters = 0.0, 0, time.time(), 0
-    last_val = None
-    while True:
-        lr = get_lr(iter_num)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        is_eval = iter_num % tc.eval_interval == 0 or iter_num == tc.max_iters
-        if checkpoint is not None and iter_num == start_iter:
-            is_eval = False  # just resumed: evaluated and saved already
-        t_eval = time.time()
-        if is_eval:  # every rank evaluates its share of the windows, rank 0 logs
-            losses = estimate_loss()
-            last_val = losses["val"]
-            best_val_loss = min(best_val_loss, losses["val"])
-            tps = train_tokens / train_time if train_time > 0 else 0.0
-            record = {"iter": iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-                      "tokens_per_sec": tps, "elapsed_s": time.time() - t_start}
-            if master:
-                print(f"eval {iter_num}: train {losses['train']:.4f}, val {losses['val']:.4f}")
-                log_file.write(json.dumps(record) + "\n")
-                log_file.flush()
-            if wandb:
-                wandb.log(record, step=iter_num)
-        if is_eval and iter_num > 0:
-            save_checkpoint()
-        window_t += time.time() - t_eval  # keep eval out of the ms/iter figure
-        if iter_num >= tc.max_iters or tc.eval_only:
-            break
-
-        torch.manual_seed(rank_seed(1, iter_num))  # this step's dropout masks
-        t0 = time.time()
-        for micro in range(tc.gradient_accumulation_steps):
-            last_micro = micro == tc.gradient_accumulation_steps - 1
-            if fsdp:  # sync (reduce-scatter) gradients only on the last micro step
-                raw_model.set_requires_gradient_sync(last_micro)
-            elif ddp:
-                model.require_backward_grad_sync = last_micro
-            with autocast:
-                _, loss = model(X, Y)
-                loss = loss / tc.gradient_accumulation_steps
-            n_batch += 1
-            X, Y = train_batch(n_batch)  # prefetch while the GPU works
-            scaler.scale(loss).backward()
-        if tc.grad_clip > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        iter_num += 1
-        train_time += time.time() - t0
-        train_tokens += tokens_per_iter
-        window_iters += 1
-
-        if master and (iter_num % tc.log_interval == 0 or iter_num == tc.max_iters):
-            dt = (time.time() - window_t) / window_iters
-            mfu = raw_model.estimate_mfu(tokens_per_iter / dt, torch.device(device))
-            eta = dt * (tc.max_iters - iter_num)
-            print(f"iter {iter_num}/{tc.max_iters} | loss {loss.item() * tc.gradient_accumulation_steps:.4f} | "
-                  f"lr {lr:.2e} | {dt * 1000:.1f} ms/iter | {tokens_per_iter / dt:,.0f} tok/s | "
-                  f"mfu {'n/a' if mfu is None else f'{mfu:.1%}'} | eta {int(eta // 60)}m{int(eta % 60):02d}s")
-            window_t, window_iters = time.time(), 0
-
-    if master:
-        summary = {"attention": gptconf.attention, "pos_encoding": gptconf.pos_encoding,
-                   "n_kv_head": gptconf.n_kv_head, "params": n_params, "best_val_loss": best_val_loss,
-                   "final_val_loss": last_val, "iters": iter_num,
-                   "tokens_per_sec": train_tokens / train_time if train_time > 0 else 0.0,
-                   "peak_mem_bytes": peak_memory_bytes(device_type),
-                   "kv_cache_bytes_per_token": kv_bytes, "cache_state_bytes": raw_model.cache_state_elems() * 4,
-                   "wall_s": time.time() - t_start,
-                   "device": device, "dtype": dtype, "dataset": tc.dataset}
-        with open(os.path.join(tc.out_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        log_file.close()
-        if wandb:
-            wandb.summary.update(summary)
-            wandb.finish()
-    if distributed:
-        # drain every rank's last collective first: a Gloo worker still releasing one while the
-        # process group is torn down can deadlock on the GIL
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+        model = DDP(model, device_ids=[dist.local_rank] if device_type == "cuda" else None)
+    return model, raw, optimizer, scaler
 
 
 def shard_model(model, param_dtype):
@@ -330,11 +168,305 @@ def shard_model(model, param_dtype):
     fully_shard(model, mp_policy=policy)
 
 
-def peak_memory_bytes(device_type):
-    """Peak CUDA memory allocated, or on CPU the process's peak resident set size."""
-    if device_type == "cuda":
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def get_lr(it, tc):
+    """Linear warmup, cosine decay to min_lr at lr_decay_iters, then min_lr."""
+    if not tc.decay_lr:
+        return tc.learning_rate
+    if it < tc.warmup_iters:
+        return tc.learning_rate * (it + 1) / (tc.warmup_iters + 1)
+    if it > tc.lr_decay_iters:
+        return tc.min_lr
+    ratio = (it - tc.warmup_iters) / max(1, tc.lr_decay_iters - tc.warmup_iters)
+    return tc.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (tc.learning_rate - tc.min_lr)
+
+
+# ---- the run: state, evaluation, checkpoints, the loop ----
+class Trainer:
+    """One training run: the step, evaluation, checkpoints and the files in out_dir.
+    Progress counters are cumulative over resumes (kept in the checkpoint)."""
+
+    def __init__(self, tc, gptconf, meta, flat_cfg, dist, checkpoint):
+        self.tc, self.gptconf, self.meta, self.flat_cfg, self.dist = tc, gptconf, meta, flat_cfg, dist
+        self.device_type = dist.device.split(":")[0]
+        self.ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[tc.dtype]
+        self.autocast = (nullcontext() if tc.dtype == "float32"
+                         else torch.autocast(self.device_type, dtype=self.ptdtype))
+        self.model, self.raw, self.optimizer, self.scaler = build_model(tc, gptconf, dist, checkpoint, self.ptdtype)
+        self.batches = Batches(os.path.join(tc.data_dir, tc.dataset), meta, gptconf.block_size, tc.batch_size,
+                               dist.device, tc.seed, dist.rank)
+        self.tokens_per_iter = tc.gradient_accumulation_steps * dist.world * tc.batch_size * gptconf.block_size
+        self.kv_bytes = self.raw.cache_elems_per_token() * self.ptdtype.itemsize
+        progress = (checkpoint or {}).get("progress", {})
+        self.iter_num = checkpoint["iter_num"] if checkpoint else 0
+        self.best_val_loss = checkpoint["best_val_loss"] if checkpoint else float("inf")
+        self.evaluated_at = progress.get("evaluated_at", self.iter_num if checkpoint else -1)
+        self.saved_at = self.iter_num if checkpoint else -1              # iteration of ckpt.pt on disk
+        self.wall_before = progress.get("wall_s", 0.0)            # time spent by earlier segments
+        self.train_time = progress.get("train_time_s", 0.0)       # time inside training steps
+        self.train_tokens = progress.get("train_tokens", 0)
+        self.last_val = progress.get("last_val_loss")
+        self.t_start = time.time()
+        self.ckpt_path = os.path.join(tc.out_dir, "ckpt.pt")
+        self.wandb = None
+
+    def elapsed(self):
+        return self.wall_before + time.time() - self.t_start
+
+    @torch.no_grad()
+    def estimate_loss(self):
+        """Mean loss over the same eval_iters windows at every evaluation. Under torchrun the
+        ranks share them out: rank r takes windows r, r + world, ... and the sums are
+        all-reduced. Every rank runs the same number of forwards (under FSDP and DDP each one
+        is a collective), so a rank short of a window runs a dummy one with weight 0."""
+        tc, dist = self.tc, self.dist
+        out = {}
+        self.model.eval()
+        for split in ("train", "val"):
+            total = torch.zeros((), device=dist.device)
+            for X, Y, weight in self.batches.eval_windows(split, tc.eval_iters, dist.world):
+                with self.autocast:
+                    _, loss = self.model(X, Y)
+                total += loss.float() * weight
+            if dist.strategy:
+                torch.distributed.all_reduce(total)
+            out[split] = total.item() / tc.eval_iters
+        self.model.train()
+        return out
+
+    def train_step(self, X, Y, n_batch):
+        """One optimizer step over gradient_accumulation_steps micro-batches.
+        -> (next X, Y, n_batch, loss of the last micro-batch, global grad norm or None)."""
+        tc, dist = self.tc, self.dist
+        torch.manual_seed(self.batches.rank_seed(1, self.iter_num))  # this step's dropout masks
+        for micro in range(tc.gradient_accumulation_steps):
+            last_micro = micro == tc.gradient_accumulation_steps - 1
+            if dist.strategy == "fsdp":  # sync (reduce-scatter) gradients only on the last micro step
+                self.raw.set_requires_gradient_sync(last_micro)
+            elif dist.strategy == "ddp":
+                self.model.require_backward_grad_sync = last_micro
+            with self.autocast:
+                _, loss = self.model(X, Y)
+                loss = loss / tc.gradient_accumulation_steps
+            n_batch += 1
+            X, Y = self.batches.train(n_batch)  # prefetch while the GPU works
+            self.scaler.scale(loss).backward()
+        grad_norm = None
+        if tc.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return X, Y, n_batch, loss.detach() * tc.gradient_accumulation_steps, grad_norm
+
+    def save(self):
+        """Every rank calls it (under FSDP the full tensors are gathered); rank 0 writes
+        ckpt.pt, and best.pt too when this iteration's evaluation is the best so far."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+        model_sd, optim_sd = get_state_dict(self.raw, self.optimizer,
+                                            options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.dist.master:
+            return
+        weights = {"model": model_sd, "model_args": self.gptconf.to_dict(), "config": self.flat_cfg,
+                   "meta": self.meta, "iter_num": self.iter_num, "best_val_loss": self.best_val_loss}
+        if self.last_val is not None and self.last_val <= self.best_val_loss and self.evaluated_at == self.iter_num:
+            save_atomic(weights, os.path.join(self.tc.out_dir, "best.pt"))
+        progress = {"wall_s": self.elapsed(), "train_time_s": self.train_time, "train_tokens": self.train_tokens,
+                    "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val}
+        save_atomic({**weights, "optimizer": optim_sd, "progress": progress,
+                     "rng": {"scheme": "seeded by (seed, rank, step)", "seed": self.tc.seed}}, self.ckpt_path)
+        self.saved_at = self.iter_num
+
+    def summary(self, finished, stopped=None):
+        tps = self.train_tokens / self.train_time if self.train_time > 0 else 0.0
+        return {"attention": self.gptconf.attention, "pos_encoding": self.gptconf.pos_encoding,
+                "n_kv_head": self.gptconf.n_kv_head, "params": self.raw.n_params,
+                "best_val_loss": self.best_val_loss, "final_val_loss": self.last_val, "iters": self.iter_num,
+                "max_iters": self.tc.max_iters, "tokens_per_sec": tps, "tokens": self.train_tokens,
+                "train_time_s": self.train_time, "peak_mem_bytes": peak_memory_bytes(self.device_type),
+                "kv_cache_bytes_per_token": self.kv_bytes, "cache_state_bytes": self.raw.cache_state_elems() * 4,
+                "wall_s": self.elapsed(), "device": self.dist.device, "dtype": self.tc.dtype,
+                "dataset": self.tc.dataset, "seed": self.tc.seed,
+                "attn_impl": self.raw.attn_impl_report(), "finished": finished, "stopped": stopped}
+
+    def write_summary(self, finished, stopped=None):
+        if self.dist.master:
+            write_json_atomic(self.summary(finished, stopped), os.path.join(self.tc.out_dir, "summary.json"))
+
+    def evaluate_and_save(self, lr, log_file):
+        """Evaluate; refuse to save non-finite losses; log, then ckpt.pt/best.pt and summary.json."""
+        losses = self.estimate_loss()
+        if not all(math.isfinite(v) for v in losses.values()):
+            raise NonFinite(self.iter_num, f"evaluation gave train {losses['train']}, val {losses['val']}")
+        if self.tc.eval_only:  # a look at the checkpoint: its files stay as they are
+            if self.dist.master:
+                print(f"eval {self.iter_num}: train {losses['train']:.4f}, val {losses['val']:.4f}")
+            return
+        self.last_val, self.evaluated_at = losses["val"], self.iter_num
+        self.best_val_loss = min(self.best_val_loss, losses["val"])
+        tps = self.train_tokens / self.train_time if self.train_time > 0 else 0.0
+        record = {"iter": self.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
+                  "tokens_per_sec": tps, "elapsed_s": self.elapsed()}
+        if self.dist.master:
+            print(f"eval {self.iter_num}: train {losses['train']:.4f}, val {losses['val']:.4f}")
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+        if self.wandb:
+            self.wandb.log(record, step=self.iter_num)
+        improved = losses["val"] <= self.best_val_loss
+        if self.iter_num > 0 and (self.tc.always_save_checkpoint or improved):
+            self.save()
+        self.write_summary(finished=False)
+
+
+def train_loop(trainer: Trainer, signals: StopSignals, log_file):
+    """Evaluate at eval_interval; step; print a line every log_interval; stop on a signal.
+    Returns None when done, or the signal number that stopped it (checkpoint written)."""
+    tc, dist, raw = trainer.tc, trainer.dist, trainer.raw
+    watch = BadStepWatch(dist.device, trainer.ptdtype == torch.float16)
+    n_batch = trainer.iter_num * tc.gradient_accumulation_steps  # this rank's batches drawn so far
+    X, Y = trainer.batches.train(n_batch)
+    window_t, window_iters = time.time(), 0
+    while True:
+        lr = get_lr(trainer.iter_num, tc)
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = lr
+        at_eval = trainer.iter_num % tc.eval_interval == 0 or trainer.iter_num == tc.max_iters
+        t_eval = time.time()
+        if (at_eval and trainer.evaluated_at != trainer.iter_num) or tc.eval_only:
+            watch.check(dist)  # never evaluate (and save) weights a bad step has touched
+            trainer.evaluate_and_save(lr, log_file)
+        window_t += time.time() - t_eval  # keep eval out of the ms/iter figure
+        if trainer.iter_num >= tc.max_iters or tc.eval_only:
+            return None
+        t0 = time.time()
+        X, Y, n_batch, loss, grad_norm = trainer.train_step(X, Y, n_batch)
+        watch.update(trainer.iter_num, loss, grad_norm)
+        trainer.iter_num += 1
+        trainer.train_time += time.time() - t0
+        trainer.train_tokens += trainer.tokens_per_iter
+        window_iters += 1
+        stop = all_ranks_max(signals.received, dist)  # every rank stops at the same iteration
+        if stop:
+            watch.check(dist)
+            trainer.save()
+            trainer.write_summary(finished=False, stopped=signals.name_of(stop))
+            return stop
+        if trainer.iter_num % tc.log_interval == 0 or trainer.iter_num == tc.max_iters:
+            watch.check(dist)
+            if dist.master:
+                dt = (time.time() - window_t) / window_iters
+                print(progress_line(trainer, raw, loss.item(), lr, dt))
+            window_t, window_iters = time.time(), 0
+
+
+def progress_line(trainer, raw, loss, lr, dt):
+    tc = trainer.tc
+    mfu = raw.estimate_mfu(trainer.tokens_per_iter / dt, torch.device(trainer.dist.device))
+    eta = dt * (tc.max_iters - trainer.iter_num)
+    return (f"iter {trainer.iter_num}/{tc.max_iters} | loss {loss:.4f} | lr {lr:.2e} | {dt * 1000:.1f} ms/iter | "
+            f"{trainer.tokens_per_iter / dt:,.0f} tok/s | mfu {'n/a' if mfu is None else f'{mfu:.1%}'} | "
+            f"eta {int(eta // 60)}m{int(eta % 60):02d}s")
+
+
+def start_wandb(trainer, run_name):
+    import wandb
+    tc, raw = trainer.tc, trainer.raw
+    wandb.init(project=tc.wandb_project, group=tc.wandb_group or None, name=run_name, resume="allow",
+               config={**trainer.flat_cfg, "n_kv_head": trainer.gptconf.n_kv_head, "params": raw.n_params,
+                       "kv_cache_bytes_per_token": trainer.kv_bytes, "cache_state_bytes": raw.cache_state_elems() * 4})
+    return wandb
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(train_help())
+        return
+    try:
+        tc, gptconf, meta, flat_cfg, checkpoint = load_settings(argv)
+    except ValueError as e:  # ConfigError, CheckpointError and GPTConfig's validation
+        if int(os.environ.get("RANK", 0)) > 0:
+            sys.exit(2)  # under torchrun, rank 0 says it once
+        fail(str(e))
+    master = int(os.environ.get("RANK", 0)) == 0
+    lock = RunLock(tc.out_dir) if master else None
+    try:
+        if lock:
+            lock.acquire()
+            remove_stale_tmp(tc.out_dir)
+    except ConfigError as e:
+        fail(str(e))
+    signals = StopSignals()
+    try:
+        code = run(tc, gptconf, meta, flat_cfg, checkpoint, signals)
+    finally:
+        signals.restore()
+        if lock:
+            lock.release()
+    if code:
+        sys.exit(code)
+
+
+def open_run_files(trainer):
+    """Rank 0: the header line (and notes), wandb, and log.jsonl cut back to a resumed checkpoint."""
+    tc, gptconf, dist = trainer.tc, trainer.gptconf, trainer.dist
+    if tc.max_iters < tc.lr_decay_iters and tc.decay_lr:
+        print(f"note: lr_decay_iters={tc.lr_decay_iters} > max_iters={tc.max_iters}: the learning rate will not "
+              f"decay to min_lr; set --lr_decay_iters={tc.max_iters} for a full cosine", file=sys.stderr)
+    run_name = tc.wandb_run_name or f"{gptconf.attention}-{gptconf.pos_encoding}"
+    impl = trainer.raw.attn_impl_report()
+    print(f"{run_name}: {trainer.raw.n_params / 1e6:.2f}M params, {trainer.tokens_per_iter:,} tokens/iter, "
+          f"device {dist.device} {tc.dtype}, attn_impl {impl['used']}"
+          + (f" (requested {impl['requested']}: {impl['why']})" if impl["why"] else ""))
+    trainer.wandb = start_wandb(trainer, run_name) if tc.wandb_log else None
+    log_path = os.path.join(tc.out_dir, "log.jsonl")
+    if tc.init_from == "resume":
+        cut_log(log_path, trainer.iter_num)  # drop evaluations past the checkpoint (a kill after logging)
+    return open(log_path, "a" if tc.init_from == "resume" else "w")
+
+
+def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
+    """Train (or evaluate); returns the exit status (0, 3 or 128 + signal)."""
+    dist = setup_distributed(tc)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        trainer = Trainer(tc, gptconf, meta, flat_cfg, dist, checkpoint)
+    except CheckpointError as e:
+        fail(str(e))
+    checkpoint = None  # the trainer holds what it needs; free the loaded tensors
+    log_file = open_run_files(trainer) if dist.master else None
+    code = 0
+    try:
+        stopped_by = train_loop(trainer, signals, log_file)
+        if stopped_by:
+            code = 128 + stopped_by
+            if dist.master:
+                print(f"stopped at iter {trainer.iter_num} by {signals.name_of(stopped_by)}, checkpoint saved; "
+                      f"resume with --init_from=resume", file=sys.stderr)
+        elif not tc.eval_only:
+            trainer.write_summary(finished=True)
+    except NonFinite as e:
+        code = 3
+        if dist.master:
+            trainer.write_summary(finished=False, stopped="non-finite loss")
+            kept = f"{trainer.ckpt_path} (iter {trainer.saved_at}) is kept" if trainer.saved_at >= 0 \
+                else "no checkpoint was written"
+            print(f"error: {e}; stopped, {kept}; lower learning_rate (now {tc.learning_rate:g}), "
+                  f"set grad_clip, or use dtype=float32", file=sys.stderr)
+    finally:
+        if log_file:
+            log_file.close()
+        if trainer.wandb:
+            trainer.wandb.summary.update(trainer.summary(finished=code == 0))
+            trainer.wandb.finish()
+        if dist.strategy:
+            # drain every rank's last collective first: a Gloo worker still releasing one while the
+            # process group is torn down can deadlock on the GIL
+            torch.distributed.barrier()
+            torch.distributed.destroy_process_group()
+    return code
 
 
 if __name__ == "__main__":

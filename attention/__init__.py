@@ -1,11 +1,24 @@
 """Registry of attention variants: config.attention -> the class that implements it.
 
-Entries are "module:Class" strings imported on first use, so a variant's module is
-loaded only when a config asks for it. To add a variant: write attention/<name>.py with
-a subclass of attention.base.Attention (optionally a classmethod `check_config(config)`
-that validates and fills in the variant's own keys), then add one line here.
+Where each variant lives (file names are historical; this table is the map):
+
+    attention=      layer (wiring)                           kernel (Triton)        PyTorch math
+    mha, gqa, mqa   attention/mha.py   MultiHeadAttention        kernels/flash_attn.py  attention/base.py attend
+    mla             attention/mla.py   MultiHeadLatentAttention  kernels/flash_attn.py  attention/base.py attend
+    bigbird         attention/sparse.py BlockSparseAttention     kernels/flash_attn.py  attention/sparse.py
+    gla             attention/linear.py GatedLinearAttention     kernels/gla.py         kernels/gla_reference.py
+
+Shared: attention/base.py (the interface, the QKV projection, `attend`), attention/dispatch.py
+(which implementation runs: `choose_impl`, `check_impl_runs_on`), attention/cache.py,
+attention/positional.py; kernels/reference.py and kernels/gla_reference.py hold the references.
+
+Entries are "module:Class" strings imported on first use, so a variant's module is loaded only
+when a config asks for it. To add a variant: write a subclass of attention.base.Attention (its
+hooks are listed there) and add one line here and one row above.
 """
 import importlib
+
+from attention.dispatch import ATTN_IMPLS, check_impl_runs_on  # noqa: F401  (the public place for both)
 
 VARIANTS = {
     "mha": "attention.mha:MultiHeadAttention",

@@ -1,9 +1,25 @@
 """The one interface every attention variant implements, and the one softmax.
 
-A variant is an nn.Module built from (config, layer_idx) with
-    forward(x, pos, cache=None) -> y      x, y: (B, T, C); pos: (T,) absolute positions
-    init_cache(batch_size, max_len, device, dtype) -> a cache from attention/cache.py
-    cache_elems_per_token() -> int        the formula, per token per layer (0 if constant)
+A variant is a subclass of `Attention` built from (config, layer_idx). The hooks, all declared
+on `Attention` (the ones without a default must be written by every variant):
+
+    default_n_kv_head(config) -> int  classmethod: KV heads when n_kv_head is 0 (unset).
+                                      Default n_head.
+    check_config(config)              classmethod: one-line ValueError for settings the variant
+                                      cannot take; may fill in its own keys. Default: none.
+    forward(x, pos, cache=None) -> y  x, y: (B, T, C); pos: (T,) absolute positions. Required.
+    init_cache(batch_size, max_len, device, dtype) -> a cache from attention/cache.py, which
+                                      advances itself when updated. Required.
+    cache_elems_per_token() -> int    the cache formula per token per layer (0 if constant). Required.
+    cache_state_elems() -> int        a constant decoding state (batch 1), whatever the length.
+                                      Default 0 (caches that grow per token).
+    context_within_block_size: bool   the variant is defined only up to block_size tokens, so
+                                      decoding cannot slide past it. Default False.
+    attn_flops_per_token(seq_len)     training FLOPs of the attention itself, for MFU. Default:
+                                      softmax over all seq_len keys.
+    kernel_cases() -> {path: (kernel module, supports() arguments)}: the Triton kernel each path
+                                      of the forward may hand work to; attention/dispatch.py
+                                      decides from it what runs (`impl(device, path)`).
 
 `attend` is the single softmax-attention routine that all softmax variants call:
 positions decide causality and ALiBi, so the same call serves training (pos = 0..T-1),
@@ -12,23 +28,29 @@ prefill against a cache and one-token decoding.
 `record_attention` is a recording hook for analyze.py (see there): off by default.
 """
 import contextlib
-import functools
 import math
-import os
-import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from attention.cache import KVCache
+from attention.dispatch import ATTN_IMPLS, check_impl_runs_on, choose_impl  # noqa: F401  (public here too)
 from attention.positional import alibi_bias, alibi_slopes, apply_rope, rope_cos_sin
-
-ATTN_IMPLS = ("auto", "triton", "sdpa", "naive")
 
 
 class Attention(nn.Module):
-    """Base class: holds nothing, documents the contract above."""
+    """Base class: the hooks of the contract above, with their defaults."""
+
+    context_within_block_size = False
+
+    @classmethod
+    def default_n_kv_head(cls, config) -> int:
+        return config.n_head
+
+    @classmethod
+    def check_config(cls, config):
+        pass
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cache=None) -> torch.Tensor:
         raise NotImplementedError
@@ -38,6 +60,34 @@ class Attention(nn.Module):
 
     def cache_elems_per_token(self) -> int:
         raise NotImplementedError
+
+    def cache_state_elems(self) -> int:
+        return 0
+
+    def kernel_cases(self) -> dict:
+        return {"forward": (None, {})}
+
+    # ---- which implementation runs (decided in attention/dispatch.py) ----
+    @property
+    def attn_impl(self) -> str:
+        return self._attn_impl
+
+    @attn_impl.setter
+    def attn_impl(self, value: str):  # a new request forgets the choices made for the old one
+        self._attn_impl = value
+        self._impl_choices = {}
+
+    def impl_choices(self, device) -> dict:
+        """{path: ImplChoice} on `device`, decided on first use there and kept."""
+        device = torch.device(device)
+        if device not in self._impl_choices:
+            self._impl_choices[device] = {path: choose_impl(self.attn_impl, device, module, case)
+                                          for path, (module, case) in self.kernel_cases().items()}
+        return self._impl_choices[device]
+
+    def impl(self, device, path: str = "forward") -> str:
+        """What runs for `path` on `device`: triton, sdpa or naive."""
+        return self.impl_choices(device)[path].used
 
     def attn_flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs (forward + backward = 3x forward) per token of the attention itself,
@@ -109,36 +159,9 @@ class QKVAttention(Attention):
     def cache_elems_per_token(self) -> int:
         return 2 * self.n_kv_head * self.head_dim
 
-
-_warned_interpreter = False
-
-
-def resolve_impl(impl: str, device: torch.device) -> str:
-    """auto = the Triton kernel on CUDA, PyTorch SDPA elsewhere."""
-    global _warned_interpreter
-    if impl == "auto":
-        return "triton" if device.type == "cuda" and _has_triton_kernel() else "sdpa"
-    if impl == "triton" and device.type != "cuda" and not _warned_interpreter:
-        _warned_interpreter = True
-        print("note: attn_impl=triton on CPU runs the kernel under Triton's interpreter "
-              "(TRITON_INTERPRET=1): correct but slow", file=sys.stderr)
-    return impl
-
-
-def check_impl_runs_on(impl: str, device_type: str):
-    """One-line ValueError, before any work, when attn_impl=triton cannot run on this device."""
-    if impl == "triton" and device_type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ValueError("attn_impl=triton off CUDA runs only under Triton's interpreter: set TRITON_INTERPRET=1 "
-                         "(slow, for tests) or use attn_impl=sdpa")
-
-
-@functools.cache
-def _has_triton_kernel() -> bool:
-    try:
-        import kernels.flash_attn  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    def kernel_cases(self) -> dict:
+        return {"forward": ("kernels.flash_attn", dict(head_dim_qk=self.head_dim, head_dim_v=self.head_dim,
+                                                      dropout=self.dropout))}
 
 
 def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
@@ -155,7 +178,7 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
         return _recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p)
     # The kernel aligns causality bottom-right, which is what positions mean here: the
     # keys of a cache are contiguous and end at the last query.
-    if impl == "triton" and keep is None and dropout_p == 0.0:
+    if impl == "triton":  # attention/dispatch.py chose it: no keep mask, no dropout
         from kernels.flash_attn import flash_attention
         return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes)
 

@@ -73,10 +73,16 @@ class LatentCache(SlidingCache):
 
 class StateCache(Cache):
     """A recurrent state (e.g. (B, H, Dk, Dv)) kept in fp32; `pos` counts tokens seen."""
+    dtype = torch.float32  # whatever the model's dtype: the recurrence accumulates in fp32
 
     def __init__(self, shape, device):
-        self.state = torch.zeros(*shape, device=device, dtype=torch.float32)
+        self.state = torch.zeros(*shape, device=device, dtype=self.dtype)
         self.pos = 0
 
     def tensors(self):
         return (self.state,)
+
+    def update(self, state, n_tokens: int):
+        """Keep the state after n_tokens more tokens, advancing `pos` as SlidingCache.update does."""
+        self.state = state
+        self.pos += n_tokens

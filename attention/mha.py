@@ -4,15 +4,31 @@
     each KV head serves n_head // n_kv_head query heads (inside `attend`, K/V not copied)
     cache per token per layer: 2 * n_kv_head * D
 """
-from attention.base import QKVAttention, attend, resolve_impl
+from attention.base import QKVAttention, attend
 
 
 class MultiHeadAttention(QKVAttention):
+    @classmethod
+    def default_n_kv_head(cls, config) -> int:
+        return 1 if config.attention == "mqa" else config.n_head
+
+    @classmethod
+    def check_config(cls, config):
+        """attention= names how many KV heads: mha all, mqa one, gqa a divisor in between."""
+        H, Hkv = config.n_head, config.n_kv_head
+        if config.attention == "mha" and Hkv != H:
+            raise ValueError(f"attention=mha means n_kv_head = n_head = {H}, got {Hkv}; use attention=gqa")
+        if config.attention == "mqa" and Hkv != 1:
+            raise ValueError(f"attention=mqa means n_kv_head = 1, got {Hkv}; use attention=gqa")
+        if config.attention == "gqa" and not (1 < Hkv < H and H % Hkv == 0):
+            raise ValueError(f"attention=gqa needs 1 < n_kv_head < n_head with n_head % n_kv_head == 0, "
+                             f"got n_head={H} n_kv_head={Hkv}")
+
     def forward(self, x, pos, cache=None):
         q, k, v = self.project(x, pos)                       # (B, H, T, D), (B, Hkv, T, D) x2
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
         y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, dropout_p=self.attn_dropout,
-                   impl=resolve_impl(self.attn_impl, x.device))
+                   impl=self.impl(x.device))
         return self.output(y)

@@ -45,11 +45,10 @@ import math
 import torch
 import torch.nn as nn
 
-from attention.base import Attention, attend, resolve_impl
+from attention.base import Attention, attend
 from attention.cache import KVCache, LatentCache
 
 DECODE_MODES = ("absorbed", "expanded")
-TRITON_MAX_HEAD_DIM = 256   # kernels/flash_attn.py refuses larger head dims
 NORM_EPS = 1e-6             # DeepSeek-V2's RMSNorm epsilon
 
 
@@ -122,11 +121,14 @@ class MultiHeadLatentAttention(Attention):
         k_rope, = self.rope(pos, k_rope)
         return self.kv_norm(c_kv), k_rope
 
-    def _impl(self, device, qk_dim):
-        # The Triton kernel stops at head dim 256; the absorbed form attends over d_c + d_r dims
-        # (288 at the paper's ratios with d_h = 64), so such calls take PyTorch's SDPA instead.
-        impl = resolve_impl(self.attn_impl, device)
-        return "sdpa" if impl == "triton" and qk_dim > TRITON_MAX_HEAD_DIM else impl
+    def kernel_cases(self) -> dict:
+        """The expanded form attends over d_h + d_r dims, the absorbed one over d_c + d_r (288 at the
+        paper's ratios with d_h = 64: past the flash kernel's head dims, so PyTorch runs it)."""
+        d_h, d_c, d_r, p = self.head_dim, self.kv_lora_rank, self.rope_head_dim, self.dropout
+        cases = {"forward": ("kernels.flash_attn", dict(head_dim_qk=d_h + d_r, head_dim_v=d_h, dropout=p))}
+        if self.mla_decode == "absorbed":
+            cases["absorbed"] = ("kernels.flash_attn", dict(head_dim_qk=d_c + d_r, head_dim_v=d_c, dropout=p))
+        return cases
 
     def forward(self, x, pos, cache=None):
         q_nope, q_rope = self._queries(x, pos)
@@ -148,7 +150,7 @@ class MultiHeadLatentAttention(Attention):
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
         return attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
-                      dropout_p=self.attn_dropout, impl=self._impl(q.device, q.size(-1)))
+                      dropout_p=self.attn_dropout, impl=self.impl(q.device))
 
     def _absorbed(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
         """Attention on the cached latent (LatentCache). Returns (B,H,T,d_h).
@@ -170,7 +172,7 @@ class MultiHeadLatentAttention(Attention):
         latent, k_pos = cache.update(torch.cat([c_kv, k_rope], dim=-1))  # (B,Tk,d_c+d_r), (Tk,)
         k, v = latent[:, None], latent[:, None, :, :d_c]                 # views of the cache, no copy
         a = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
-                   dropout_p=self.attn_dropout, impl=self._impl(q.device, q.size(-1)))   # (B,H,T,d_c)
+                   dropout_p=self.attn_dropout, impl=self.impl(q.device, "absorbed"))   # (B,H,T,d_c)
         return torch.einsum("bhtc,hdc->bhtd", a, w_uv)
 
     # ---- decoding caches ----

@@ -47,12 +47,13 @@ keep K/V computed under the earlier window, as with dense sliding). Learned posi
 recompute the last block_size tokens from position 0, the same anchoring. A window
 longer than block_size has no layout and is refused (max_context <= block_size).
 """
+import itertools
 import math
 
 import torch
 import torch.nn.functional as F
 
-from attention.base import QKVAttention, attend, resolve_impl
+from attention.base import QKVAttention, attend
 from attention.positional import alibi_bias
 
 
@@ -72,6 +73,14 @@ def build_layout(n_blocks: int, window: int, n_global: int, n_random: int, gener
         pick = torch.randperm(len(earlier), generator=generator)[:n_random]
         layout[i, earlier[pick]] = True
     return layout
+
+
+def selected_block_counts(n_blocks: int, window: int, n_global: int, n_random: int) -> list:
+    """Blocks each query block of build_layout selects, without drawing the random ones:
+    random blocks come from the earlier blocks not yet chosen, and the window (ending at i)
+    meets the global blocks (starting at 0) only once together they cover 0..i, so query block
+    i selects window + global + random blocks, or all its i + 1 causal blocks if fewer."""
+    return [min(i + 1, window + n_global + n_random) for i in range(n_blocks)]
 
 
 def layout_index(layout: torch.Tensor):
@@ -94,14 +103,21 @@ class BlockSparseAttention(QKVAttention):
         super().__init__(config, layer_idx)
         self.block_size = config.block_size       # longest sequence / cache the layout covers
         self.sparse_block = config.sparse_block
-        # seeded by (sparse_seed, layer_idx): reproducible, and each layer gets its own draw
-        gen = torch.Generator().manual_seed(config.sparse_seed * 1_000_003 + layer_idx)
-        layout = build_layout(n_blocks_for(config), config.sparse_window, config.sparse_global,
-                              config.sparse_random, gen)
-        self.register_buffer("layout", layout)                                   # persistent
+        n = n_blocks_for(config)
         self.register_buffer("block_idx", torch.empty(0, dtype=torch.long), persistent=False)
         self.register_buffer("block_count", torch.empty(0, dtype=torch.long), persistent=False)
-        self._refresh_index()
+        if torch.get_default_device().type == "meta":
+            # Built for its shapes and costs only (plan.py): drawing the layout takes O(n^2)
+            # per layer, seconds at long block_size, and no data exists to draw it on.
+            self.register_buffer("layout", torch.empty(n, n, dtype=torch.bool))
+            counts = selected_block_counts(n, config.sparse_window, config.sparse_global, config.sparse_random)
+            self._max_selected = list(itertools.accumulate(counts, max))
+        else:
+            # seeded by (sparse_seed, layer_idx): reproducible, and each layer gets its own draw
+            gen = torch.Generator().manual_seed(config.sparse_seed * 1_000_003 + layer_idx)
+            layout = build_layout(n, config.sparse_window, config.sparse_global, config.sparse_random, gen)
+            self.register_buffer("layout", layout)                                   # persistent
+            self._refresh_index()
         self.register_load_state_dict_post_hook(lambda module, incompatible: module._refresh_index())
 
     @classmethod
@@ -138,10 +154,10 @@ class BlockSparseAttention(QKVAttention):
             k, v, k_pos = cache.update(k, v)
         if T > self.block_size:
             raise ValueError(f"bigbird's block layout covers block_size={self.block_size} tokens, got {T}")
-        impl = resolve_impl(self.attn_impl, x.device)
+        impl = self.impl(x.device)
         if impl == "naive":
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="naive")
-        elif impl == "triton" and k.size(2) == T and dropout_p == 0.0 and self.sparse_block >= 16:
+        elif impl == "triton" and k.size(2) == T:
             # the flash kernel visits only the layout's key blocks (its tiles are our blocks)
             from kernels.flash_attn import flash_attention
             nb = -(-T // self.sparse_block)
@@ -153,10 +169,19 @@ class BlockSparseAttention(QKVAttention):
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="sdpa")
         return self.output(y)
 
-    def attn_flops_per_token(self, seq_len: int) -> float:
-        """The gathered path scores every key of the selected blocks (masked ones included)."""
+    def kernel_cases(self) -> dict:
+        """The flash kernel's tiles are the layout's blocks."""
+        module, case = super().kernel_cases()["forward"]
+        return {"forward": (module, {**case, "layout_block": self.sparse_block})}
+
+    def keys_per_query(self, seq_len: int) -> int:
+        """Keys each query scores on the gathered path over seq_len tokens: every key of the
+        most blocks any query block selects (masked ones included), at most seq_len."""
         n = self._max_selected[min(len(self._max_selected), -(-seq_len // self.sparse_block)) - 1]
-        return super().attn_flops_per_token(min(seq_len, n * self.sparse_block))
+        return min(seq_len, n * self.sparse_block)
+
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        return super().attn_flops_per_token(self.keys_per_query(seq_len))
 
     # ---- the token-level mask and the dense path (reference and decoding) ----
     def token_keep(self, q_pos, k_pos):

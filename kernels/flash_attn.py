@@ -27,7 +27,8 @@ Conventions
   * head dims up to 256, any value (padded to a power of two with masks); any sequence length.
 
 Runs natively on CUDA tensors; on CPU tensors only under the Triton interpreter, which needs
-TRITON_INTERPRET=1 in the environment before this module is imported.
+TRITON_INTERPRET=1 in the environment before this module is imported (kernels/env.py answers where
+the kernels can run). `supports(...)` says which cases the kernel takes.
 """
 import math
 import os
@@ -38,22 +39,26 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
+from kernels.env import interpreted
+
+interpreted()  # asked now, before the kernels below are decorated: the answer is theirs
+
 LOG2E = 1.4426950408889634
 _LOG2E = tl.constexpr(LOG2E)  # kernels may only read constexpr globals
 _LN2 = tl.constexpr(0.6931471805599453)
+MAX_HEAD_DIM = 256
 
 
-def interpreter_enabled() -> bool:
-    """True when the Triton interpreter is requested (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def triton_available(device) -> bool:
-    """Whether flash_attention can run on tensors of `device` in this process."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available() and not _KERNELS_INTERPRETED
-    return device.type == "cpu" and _KERNELS_INTERPRETED
+def supports(head_dim_qk: int, head_dim_v: int, dropout: float = 0.0, layout_block: int | None = None):
+    """None when flash_attention takes this case, else why not (one phrase, for logs and errors):
+    head dims up to MAX_HEAD_DIM, no dropout, a block layout's granularity a power of two >= 16."""
+    if dropout > 0:
+        return "dropout > 0"
+    if max(head_dim_qk, head_dim_v) > MAX_HEAD_DIM:
+        return f"need head dims <= {MAX_HEAD_DIM}; got {head_dim_qk} (q.k) and {head_dim_v} (v)"
+    if layout_block is not None and (layout_block < 16 or layout_block & (layout_block - 1)):
+        return f"block layout granularity must be a power of two >= 16; got {layout_block}"
+    return None
 
 
 # ----------------------------------------------------------------------------- tile ranges
@@ -380,7 +385,6 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lu
              + offs_dqk[None, :] * stride_dqd, (dq * sm_scale).to(DQ.dtype.element_ty), mask=mask_q)
 
 
-_KERNELS_INTERPRETED = type(_fwd_kernel).__name__ == "InterpretedFunction"
 
 # ----------------------------------------------------------------------------- launch
 
@@ -405,7 +409,7 @@ _CHOSEN = {}  # case -> the config _launch settled on (see tuned_configs)
 
 def _candidates(kind, dmax, dtype, layout_bs):
     """(configs worth timing, smaller fallbacks in case none of them fits in shared memory)."""
-    if _KERNELS_INTERPRETED:
+    if interpreted():
         cands = [_INTERPRET_CONFIGS[kind]]
     elif dtype == torch.float32:  # exact fp32 dots run on FMA units: small tiles (tests, not speed)
         cands = [(32, 32, 4, 2) if dmax <= 128 else (16, 16, 4, 2)]
@@ -596,13 +600,14 @@ def flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None,
         raise ValueError(f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not q.dtype == k.dtype == v.dtype:
         raise ValueError(f"q, k, v must share one of fp16/bf16/fp32; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if max(Dqk, v.shape[-1]) > 256:
-        raise ValueError("head dims above 256 are not supported")
+    why_not = supports(Dqk, v.shape[-1], layout_block=block_size if block_layout is not None else None)
+    if why_not:
+        raise ValueError(why_not)
     if not q.device == k.device == v.device:
         raise ValueError("q, k, v must be on the same device")
     if B * H > 65535:  # batch * heads is grid axis 1
         raise ValueError(f"batch * heads = {B * H} exceeds 65535")
-    if q.device.type == "cpu" and not _KERNELS_INTERPRETED:
+    if q.device.type == "cpu" and not interpreted():
         raise RuntimeError("flash_attention on CPU tensors needs the Triton interpreter: set TRITON_INTERPRET=1 "
                            "before importing kernels.flash_attn, or use attn_impl=sdpa")
     sm_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(Dqk)
@@ -613,8 +618,6 @@ def flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None,
             raise ValueError(f"alibi_slopes must be ({H},); got {tuple(alibi_slopes.shape)}")
     lists = None
     if block_layout is not None:
-        if block_size < 16 or block_size & (block_size - 1):
-            raise ValueError("block_size must be a power of two >= 16")
         lists = _layout_lists(block_layout, H, Tq, Tk=k.shape[2], bs=block_size, causal=causal, device=q.device)
     o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale), alibi, lists, block_size)
     return (o, lse) if return_lse else o

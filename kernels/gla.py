@@ -43,21 +43,24 @@ at or after the key, before or at the query), so no strength of decay can overfl
 T read b at T-1 (they hold zeros) so that they obey the same rule. This assumes what the
 contract says, g <= 0 and finite (not checked: it would cost a pass over g).
 Shapes: Dk and Dv up to 256, any value (padded to powers of two >= 16 with masks; the sub-chunk
-kernels take Dk in blocks of up to 128 (64 for fp32 inputs) and Dv in blocks, the dq/dk partial
-sums over Dv blocks added in PyTorch), any T, chunk_size a power of two >= 16. Memory beyond
+kernels take Dk in blocks of up to MAX_BK = 64 and Dv in blocks, the dq/dk partial sums over Dv
+blocks added in PyTorch), any T, chunk_size a power of two >= 16 (`supports` says so per case). Memory beyond
 the inputs and outputs: b, and during each pass the states S_n (or their gradients),
 (B, Hkv, T/C, Dk, Dv) fp32.
 
 Runs natively on CUDA tensors; on CPU tensors only under the Triton interpreter, which needs
-TRITON_INTERPRET=1 in the environment before this module is imported.
+TRITON_INTERPRET=1 in the environment before this module is imported (kernels/env.py answers where
+the kernels can run). The same recurrence in plain PyTorch: kernels/gla_reference.py.
 """
 import torch
 import triton
 import triton.language as tl
 
-from kernels.flash_attn import interpreter_enabled, triton_available  # one answer for both kernels
+from kernels.env import interpreted
 
-__all__ = ["chunk_gla", "interpreter_enabled", "triton_available"]
+__all__ = ["chunk_gla", "supports"]
+interpreted()  # asked now, before the kernels below are decorated: the answer is theirs
+MAX_HEAD_DIM = 256
 
 SUB = 16  # rows of a sub-chunk: the intra-chunk scores are built from SUB x SUB blocks
 _SUB = tl.constexpr(SUB)  # kernels may only read constexpr globals
@@ -101,6 +104,99 @@ def _state_or_zeros(ptr, state_offs, state_mask, GIVEN: tl.constexpr, BK: tl.con
     if GIVEN:
         return tl.load(ptr + state_offs, mask=state_mask, other=0.0).to(tl.float32)
     return tl.zeros([BK, BV], tl.float32)
+
+
+# ----------------------------------------------------------------------------- diagonal blocks
+# Inside a SUB x SUB diagonal block the decay is pairwise, exp(b_i - b_j) for key j <= query i, the
+# exponent set to -inf (exp 0) above the diagonal before exp. Compiled kernels (DIAG_LOOP) go one
+# row or column at a time ([SUB, BK] tensors in registers); the interpreter, whose cost is per
+# operation, takes all pairs as one [SUB, SUB, BK] tensor. Without decay the block is a plain dot.
+# The helpers work on one Dk block (offs_k) of the SUB rows from `start`.
+
+@triton.jit
+def _pair_decay(b):
+    """[SUB_i, SUB_j, BK]: exp(b_i - b_j) for j <= i, else 0; b [SUB, BK]."""
+    sub = tl.arange(0, _SUB)
+    return tl.exp(tl.where((sub[:, None] >= sub[None, :])[:, :, None], b[:, None, :] - b[None, :, :], float("-inf")))
+
+
+@triton.jit
+def _column_decay(b, BC, start, j, offs_k, T, DK: tl.constexpr):
+    """[SUB_i, BK]: exp(b_i - b_j) for the rows i >= j of column j, else 0; b [SUB, BK] of the rows."""
+    sub = tl.arange(0, _SUB)
+    b_j = _row(BC, tl.minimum(start + j, T - 1), offs_k, DK, 1, T, DK)
+    return tl.exp(tl.where(sub[:, None] >= j, b - b_j[None, :], float("-inf")))
+
+
+@triton.jit
+def _block_decay(BC, start, offs_k, T, DK: tl.constexpr):
+    """b of the block's rows [SUB, BK] (rows past T read T-1's)."""
+    return _tile(BC, tl.minimum(start + tl.arange(0, _SUB), T - 1), offs_k, DK, 1, T, DK)
+
+
+@triton.jit
+def _diag_scores(q, K, BC, start, offs_k, stride_kt, stride_kd, T, DK: tl.constexpr,
+                 USE_G: tl.constexpr, DIAG_LOOP: tl.constexpr, DOT_PREC: tl.constexpr):
+    """[SUB_i, SUB_j]: sum_d q_id k_jd exp(b_id - b_jd) for j <= i (above the diagonal 0 with decay,
+    q.k without: callers mask); q [SUB, BK] the scaled queries of the block's rows."""
+    sub = tl.arange(0, _SUB)
+    if USE_G and DIAG_LOOP:  # column by column
+        b = _block_decay(BC, start, offs_k, T, DK)
+        a = tl.zeros([_SUB, _SUB], tl.float32)
+        for j in range(0, _SUB):
+            k_j = _row(K, start + j, offs_k, stride_kt, stride_kd, T, DK)  # [BK]
+            a += tl.where(sub[None, :] == j,
+                          tl.sum(q * k_j[None, :] * _column_decay(b, BC, start, j, offs_k, T, DK), 1)[:, None], 0.0)
+    elif USE_G:
+        k = _tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK)
+        a = tl.sum(q[:, None, :] * k[None, :, :] * _pair_decay(_block_decay(BC, start, offs_k, T, DK)), 2)
+    else:
+        a = tl.dot(q, tl.trans(_tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK)), input_precision=DOT_PREC)
+    return a
+
+
+@triton.jit
+def _diag_dq(da, K, BC, start, offs_k, stride_kt, stride_kd, T, DK: tl.constexpr, BK: tl.constexpr,
+             USE_G: tl.constexpr, DIAG_LOOP: tl.constexpr, DOT_PREC: tl.constexpr):
+    """[SUB_i, BK]: sum_j dA_ij k_j exp(b_i - b_j) over j <= i; da [SUB_i, SUB_j] zero above the diagonal."""
+    sub = tl.arange(0, _SUB)
+    if USE_G and DIAG_LOOP:  # column by column
+        b = _block_decay(BC, start, offs_k, T, DK)
+        dq = tl.zeros([_SUB, BK], tl.float32)
+        for j in range(0, _SUB):
+            k_j = _row(K, start + j, offs_k, stride_kt, stride_kd, T, DK)
+            da_j = tl.sum(tl.where(sub[None, :] == j, da, 0.0), 1)  # [SUB_i]: column j of dA
+            dq += da_j[:, None] * k_j[None, :] * _column_decay(b, BC, start, j, offs_k, T, DK)
+    elif USE_G:
+        k = _tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK)
+        dq = tl.sum(da[:, :, None] * k[None, :, :] * _pair_decay(_block_decay(BC, start, offs_k, T, DK)), 1)
+    else:
+        dq = tl.dot(da, _tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK), input_precision=DOT_PREC)
+    return dq
+
+
+@triton.jit
+def _diag_dk(da, Q, BC, start, offs_k, stride_qt, stride_qd, T, scale, DK: tl.constexpr, BK: tl.constexpr,
+             USE_G: tl.constexpr, DIAG_LOOP: tl.constexpr, DOT_PREC: tl.constexpr):
+    """[SUB_j, BK]: sum_i dA_ij q_i exp(b_i - b_j) * scale over i >= j; da [SUB_i, SUB_j] zero above
+    the diagonal."""
+    sub = tl.arange(0, _SUB)
+    if USE_G and DIAG_LOOP:  # row by row: query i against the keys j <= i
+        b = _block_decay(BC, start, offs_k, T, DK)
+        dk = tl.zeros([_SUB, BK], tl.float32)
+        for i in range(0, _SUB):
+            q_i = _row(Q, start + i, offs_k, stride_qt, stride_qd, T, DK) * scale  # [BK]
+            b_i = _row(BC, tl.minimum(start + i, T - 1), offs_k, DK, 1, T, DK)
+            e = tl.exp(tl.where(sub[:, None] <= i, b_i[None, :] - b, float("-inf")))  # [SUB_j, BK]
+            da_i = tl.sum(tl.where(sub[:, None] == i, da, 0.0), 0)  # [SUB_j]: row i of dA
+            dk += da_i[:, None] * q_i[None, :] * e
+    elif USE_G:
+        q = _tile(Q, start + sub, offs_k, stride_qt, stride_qd, T, DK) * scale
+        dk = tl.sum(da[:, :, None] * q[:, None, :] * _pair_decay(_block_decay(BC, start, offs_k, T, DK)), 0)
+    else:
+        dk = tl.dot(tl.trans(da), _tile(Q, start + sub, offs_k, stride_qt, stride_qd, T, DK) * scale,
+                    input_precision=DOT_PREC)
+    return dk
 
 
 # ----------------------------------------------------------------------------- forward
@@ -218,22 +314,7 @@ def _fwd_output_kernel(Q, K, V, BC, HS, O, stride_qb, stride_qh, stride_qt, stri
     for kb in range(0, DK, BK):
         offs_k = kb + tl.arange(0, BK)
         q = _tile(Q, offs_i, offs_k, stride_qt, stride_qd, T, DK) * scale
-        if USE_G and DIAG_LOOP:  # column by column: [SUB, BK] tensors
-            b_i = _tile(BC, rows_i, offs_k, DK, 1, T, DK)
-            for j in range(0, _SUB):
-                k_j = _row(K, start + j, offs_k, stride_kt, stride_kd, T, DK)  # [BK]
-                b_j = _row(BC, tl.minimum(start + j, T - 1), offs_k, DK, 1, T, DK)
-                e = tl.exp(tl.where(sub[:, None] >= j, b_i - b_j[None, :], float("-inf")))  # [SUB, BK]
-                a += tl.where(sub[None, :] == j, tl.sum(q * k_j[None, :] * e, 1)[:, None], 0.0)
-        elif USE_G:  # all pairs at once: one [SUB, SUB, BK] tensor (the interpreter's fast path)
-            b_i = _tile(BC, rows_i, offs_k, DK, 1, T, DK)
-            k = _tile(K, offs_i, offs_k, stride_kt, stride_kd, T, DK)
-            e = tl.exp(tl.where((sub[:, None] >= sub[None, :])[:, :, None], b_i[:, None, :] - b_i[None, :, :],
-                                float("-inf")))  # [SUB_i, SUB_j, BK]
-            a += tl.sum(q[:, None, :] * k[None, :, :] * e, 2)
-        else:
-            k = _tile(K, offs_i, offs_k, stride_kt, stride_kd, T, DK)
-            a += tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+        a += _diag_scores(q, K, BC, start, offs_k, stride_kt, stride_kd, T, DK, USE_G, DIAG_LOOP, DOT_PREC)
     a = tl.where(sub[:, None] >= sub[None, :], a, 0.0)  # (no decay: the causal mask; else a no-op)
     acc += tl.dot(a, _tile(V, offs_i, offs_v, stride_vt, stride_vd, T, DV), input_precision=DOT_PREC)
     tl.store(O + b * stride_ob + h.to(tl.int64) * stride_oh + offs_i[:, None] * stride_ot + offs_v[None, :] * stride_od,
@@ -328,21 +409,7 @@ def _bwd_dq_kernel(K, V, DO, BC, HS, DQ, stride_kb, stride_kh, stride_kt, stride
             dq += dq_r * tl.exp(b_i - r[None, :])
         else:
             dq += dq_r
-        # the diagonal block
-        if USE_G and DIAG_LOOP:
-            for j in range(0, _SUB):
-                k_j = _row(K, start + j, offs_k, stride_kt, stride_kd, T, DK)
-                b_j = _row(BC, tl.minimum(start + j, T - 1), offs_k, DK, 1, T, DK)
-                e = tl.exp(tl.where(sub[:, None] >= j, b_i - b_j[None, :], float("-inf")))  # [SUB, BK]
-                da_j = tl.sum(tl.where(sub[None, :] == j, da_diag, 0.0), 1)  # [SUB]: column j of dA
-                dq += da_j[:, None] * k_j[None, :] * e
-        elif USE_G:
-            k = _tile(K, offs_i, offs_k, stride_kt, stride_kd, T, DK)
-            e = tl.exp(tl.where((sub[:, None] >= sub[None, :])[:, :, None], b_i[:, None, :] - b_i[None, :, :],
-                                float("-inf")))  # [SUB_i, SUB_j, BK]
-            dq += tl.sum(da_diag[:, :, None] * k[None, :, :] * e, 1)
-        else:
-            dq += tl.dot(da_diag, _tile(K, offs_i, offs_k, stride_kt, stride_kd, T, DK), input_precision=DOT_PREC)
+        dq += _diag_dq(da_diag, K, BC, start, offs_k, stride_kt, stride_kd, T, DK, BK, USE_G, DIAG_LOOP, DOT_PREC)
         tl.store(DQ + offs_i[:, None] * DK + offs_k[None, :], dq * scale,
                  mask=(offs_i[:, None] < T) & (offs_k[None, :] < DK))
 
@@ -407,23 +474,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, BC, DHS, DK_, DV_, stride_qb, stride_qh, strid
         a = tl.zeros([_SUB, _SUB], tl.float32)  # the diagonal block
         for kb in range(0, DK, BK):
             offs_k = kb + tl.arange(0, BK)
-            k = _tile(K, offs_j, offs_k, stride_kt, stride_kd, T, DK)
-            if USE_G and DIAG_LOOP:  # row by row: query i against keys j <= i
-                b_j = _tile(BC, rows_j, offs_k, DK, 1, T, DK)
-                for i in range(0, _SUB):
-                    q_i = _row(Qh, start + i, offs_k, stride_qt, stride_qd, T, DK) * scale  # [BK]
-                    b_i = _row(BC, tl.minimum(start + i, T - 1), offs_k, DK, 1, T, DK)
-                    e = tl.exp(tl.where(sub[:, None] <= i, b_i[None, :] - b_j, float("-inf")))  # [SUB_j, BK]
-                    a += tl.where(sub[:, None] == i, tl.sum(q_i[None, :] * k * e, 1)[None, :], 0.0)
-            elif USE_G:
-                q = _tile(Qh, offs_j, offs_k, stride_qt, stride_qd, T, DK) * scale
-                b_j = _tile(BC, rows_j, offs_k, DK, 1, T, DK)
-                e = tl.exp(tl.where(causal[:, :, None], b_j[:, None, :] - b_j[None, :, :],
-                                    float("-inf")))  # [SUB_i, SUB_j, BK]
-                a += tl.sum(q[:, None, :] * k[None, :, :] * e, 2)
-            else:
-                q = _tile(Qh, offs_j, offs_k, stride_qt, stride_qd, T, DK) * scale
-                a += tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
+            q = _tile(Qh, offs_j, offs_k, stride_qt, stride_qd, T, DK) * scale
+            a += _diag_scores(q, K, BC, start, offs_k, stride_kt, stride_kd, T, DK, USE_G, DIAG_LOOP, DOT_PREC)
         a = tl.where(causal, a, 0.0)
         dv += tl.dot(tl.trans(a), _tile(DOh, offs_j, offs_v, stride_dot, stride_dod, T, DV), input_precision=DOT_PREC)
     tl.store(DV_ + bh * T * DV + offs_j[:, None] * DV + offs_v[None, :], dv,
@@ -458,29 +510,15 @@ def _bwd_dkdv_kernel(Q, K, V, DO, BC, DHS, DK_, DV_, stride_qb, stride_qh, strid
                     dk += dk_r
             da = tl.dot(_tile(DOh, offs_j, offs_v, stride_dot, stride_dod, T, DV), tl.trans(v), input_precision=DOT_PREC)
             da = tl.where(causal, da, 0.0)  # the diagonal block
-            if USE_G and DIAG_LOOP:
-                for i in range(0, _SUB):
-                    q_i = _row(Qh, start + i, offs_k, stride_qt, stride_qd, T, DK) * scale
-                    b_i = _row(BC, tl.minimum(start + i, T - 1), offs_k, DK, 1, T, DK)
-                    e = tl.exp(tl.where(sub[:, None] <= i, b_i[None, :] - b_j, float("-inf")))  # [SUB_j, BK]
-                    da_i = tl.sum(tl.where(sub[:, None] == i, da, 0.0), 0)  # [SUB_j]: row i of dA
-                    dk += da_i[:, None] * q_i[None, :] * e
-            elif USE_G:
-                q = _tile(Qh, offs_j, offs_k, stride_qt, stride_qd, T, DK) * scale
-                e = tl.exp(tl.where(causal[:, :, None], b_j[:, None, :] - b_j[None, :, :],
-                                    float("-inf")))  # [SUB_i, SUB_j, BK]
-                dk += tl.sum(da[:, :, None] * q[:, None, :] * e, 0)
-            else:
-                dk += tl.dot(tl.trans(da), _tile(Qh, offs_j, offs_k, stride_qt, stride_qd, T, DK) * scale,
-                             input_precision=DOT_PREC)
+            dk += _diag_dk(da, Qh, BC, start, offs_k, stride_qt, stride_qd, T, scale, DK, BK, USE_G, DIAG_LOOP,
+                           DOT_PREC)
         tl.store(DK_ + offs_j[:, None] * DK + offs_k[None, :], dk, mask=(offs_j[:, None] < T) & (offs_k[None, :] < DK))
 
 
-_KERNELS_INTERPRETED = type(_fwd_output_kernel).__name__ == "InterpretedFunction"
-# The diagonal 16x16 block: compiled kernels go column by column ([16, Dk] tensors in registers);
-# the interpreter, whose cost is per operation, takes all pairs as one [16, 16, Dk] tensor. Same
-# math; tests/kernels/test_gla.py runs the loop under the interpreter too.
-DIAG_LOOP = not _KERNELS_INTERPRETED
+# The diagonal blocks row by row or column by column when compiled, all pairs at once when
+# interpreted (see the diagonal-block helpers); tests/kernels/test_gla.py runs the loops under the
+# interpreter too.
+DIAG_LOOP = not interpreted()
 
 # ----------------------------------------------------------------------------- launch
 
@@ -607,6 +645,15 @@ class _ChunkGLA(torch.autograd.Function):
                 dh0.to(h0_dtype) if h0_dtype is not None else None, None, None, None)
 
 
+def supports(chunk_size: int, head_dim_k: int, head_dim_v: int):
+    """None when chunk_gla takes this case, else why not (one phrase, for logs and errors)."""
+    if chunk_size < 16 or chunk_size & (chunk_size - 1):
+        return f"chunk_size must be a power of two >= 16; got {chunk_size}"
+    if max(head_dim_k, head_dim_v) > MAX_HEAD_DIM:
+        return f"need head dims <= {MAX_HEAD_DIM}; got Dk={head_dim_k}, Dv={head_dim_v}"
+    return None
+
+
 def _check(q, k, v, g, initial_state, chunk_size):
     """One clear ValueError per kind of bad input."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -624,17 +671,18 @@ def _check(q, k, v, g, initial_state, chunk_size):
     floats = (torch.float16, torch.bfloat16, torch.float32)
     if any(x is not None and x.dtype not in floats for x in (q, k, v, g, initial_state)):
         raise ValueError("q, k, v, g, initial_state must be fp16, bf16 or fp32")
-    if T == 0 or max(Dk, v.shape[-1]) > 256:
-        raise ValueError(f"need T >= 1 and head dims <= 256; got T={T}, Dk={Dk}, Dv={v.shape[-1]}")
-    if chunk_size < 16 or chunk_size & (chunk_size - 1):
-        raise ValueError(f"chunk_size must be a power of two >= 16; got {chunk_size}")
+    if T == 0:
+        raise ValueError("need T >= 1")
+    why_not = supports(chunk_size, Dk, v.shape[-1])
+    if why_not:
+        raise ValueError(why_not)
     if any(x is not None and x.device != q.device for x in (k, v, g, initial_state)):
         raise ValueError("q, k, v, g, initial_state must be on the same device")
     if B * H > 65535:  # grid axis 1
         raise ValueError(f"batch * heads = {B * H} exceeds 65535")
-    if q.device.type == "cpu" and not _KERNELS_INTERPRETED:
+    if q.device.type == "cpu" and not interpreted():
         raise RuntimeError("chunk_gla on CPU tensors needs the Triton interpreter: set TRITON_INTERPRET=1 "
-                           "before importing kernels.gla, or use attention.linear.chunk_gla")
+                           "before importing kernels.gla, or use kernels.gla_reference.chunk_gla")
 
 
 @torch.compiler.disable

@@ -10,14 +10,14 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, reference_qkv_attention, tiny_model_kwargs
-from test_contract import VARIANT_KWARGS
 
 import analyze
 from attention.base import record_attention
 from attention.positional import sinusoidal_encoding
-from kernels.reference import gla_reference
+from helpers import ROOT, reference_qkv_attention, tiny_model_kwargs
+from kernels.gla_reference import naive_recurrent_gla
 from model import GPT, GPTConfig
+from test_contract import VARIANT_KWARGS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -106,7 +106,7 @@ def test_gla_effective_weights_equal_the_recurrence_with_one_hot_values():
     q, k = torch.randn(B, H, T, D, generator=gen), torch.randn(B, Hkv, T, D, generator=gen)
     g = -torch.rand(B, Hkv, T, D, generator=gen)
     one_hot = torch.eye(T).expand(B, Hkv, T, T)
-    w, _ = gla_reference(q, k, one_hot, g, scale=0.3)
+    w, _ = naive_recurrent_gla(q, k, one_hot, g, scale=0.3)
     want = w.abs() / w.abs().sum(-1, keepdim=True)
     got, visible = analyze.linear_attention_weights(q, k, g, 0.3)
     assert (got - want).abs().max().item() < 1e-5 and torch.equal(visible[0], torch.ones(T, T).tril().bool())

@@ -7,8 +7,10 @@ uint32 included.
 Offline: TIKTOKEN_CACHE_DIR must hold the gpt2 encoding (CI points it at a local cache) and
 TINYSHAKESPEARE_INPUT at the text (without it the text is downloaded).
 """
+import ast
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -21,12 +23,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tiktoken  # noqa: E402
 
+from data import errors, text_source, tokenizers, writer  # noqa: E402
 from helpers import ROOT, train_args  # noqa: E402
 
-sys.path.insert(0, os.path.join(ROOT, "data"))
-import common  # noqa: E402
-
 SHAKESPEARE = os.path.join(ROOT, "data/shakespeare/prepare.py")
+SHAKESPEARE_CHAR = os.path.join(ROOT, "data/shakespeare_char/prepare.py")
 TEXT = os.path.join(ROOT, "data/text/prepare.py")
 OWT = os.path.join(ROOT, "data/openwebtext/prepare.py")
 FINEWEB = os.path.join(ROOT, "data/fineweb/prepare.py")
@@ -37,7 +38,8 @@ SEED = 2357  # the scripts' default --seed
 def text(tmp_path_factory):
     path = os.environ.get("TINYSHAKESPEARE_INPUT")
     if not path:
-        path = common.download(runpy.run_path(SHAKESPEARE)["URL"], str(tmp_path_factory.mktemp("dl") / "input.txt"))
+        path = text_source.download(runpy.run_path(SHAKESPEARE)["URL"],
+                                    str(tmp_path_factory.mktemp("dl") / "input.txt"))
     with open(path, encoding="utf-8", newline="") as f:
         return f.read()
 
@@ -89,7 +91,7 @@ def run_inprocess(monkeypatch, script, *args):
 
 def leftovers(out_dir):
     """Temporary or state files a run left in out_dir."""
-    return sorted(f for f in os.listdir(out_dir) if ".tmp" in f or f == common.STATE_FILE) \
+    return sorted(f for f in os.listdir(out_dir) if ".tmp" in f or f == writer.STATE_FILE) \
         if os.path.isdir(out_dir) else []
 
 
@@ -112,11 +114,12 @@ def expected_split(enc, texts, val_fraction, seed=SEED):
 # ---------------------------------------------------------------- dtype
 
 def test_dtype_is_uint16_when_the_vocabulary_fits_else_uint32():
-    assert common.choose_dtype(65) == common.choose_dtype(50257) == common.choose_dtype(65536) == "uint16"
-    assert common.choose_dtype(65537) == common.choose_dtype(100277) == common.choose_dtype(200019) == "uint32"
-    assert common.choose_dtype(50257, "uint32") == "uint32"
-    with pytest.raises(common.InputError, match="cannot hold"):
-        common.choose_dtype(100277, "uint16")
+    assert tokenizers.choose_dtype(65) == tokenizers.choose_dtype(50257) == tokenizers.choose_dtype(65536) == "uint16"
+    assert tokenizers.choose_dtype(65537) == tokenizers.choose_dtype(100277) == \
+        tokenizers.choose_dtype(200019) == "uint32"
+    assert tokenizers.choose_dtype(50257, "uint32") == "uint32"
+    with pytest.raises(errors.InputError, match="cannot hold"):
+        tokenizers.choose_dtype(100277, "uint16")
     assert np.iinfo(np.uint16).max == 65535  # ids 0..65535 fit: vocab_size 65536 is the last uint16 one
 
 
@@ -143,7 +146,7 @@ def test_text_tokens_do_not_depend_on_chunking(monkeypatch, tmp_path, text, toke
     for name, t in files.items():
         (tmp_path / "in" / name).parent.mkdir(exist_ok=True)
         (tmp_path / "in" / name).write_bytes(t.encode("utf-8"))
-    monkeypatch.setattr(common, "CHUNK_CHARS", 3000)
+    monkeypatch.setattr(tokenizers, "CHUNK_CHARS", 3000)
     out = tmp_path / "out"
     assert run_inprocess(monkeypatch, TEXT, "--input", tmp_path / "in", "--out_dir", out, "--tokenizer", tokenizer,
                          "--num_proc=1", "--val_fraction=0.2") == 0
@@ -173,6 +176,73 @@ def test_char_with_forced_uint32(monkeypatch, tmp_path, text_file, text):
     assert "".join(m32["chars"][i] for i in np.concatenate([t32, v32])) == text
 
 
+# ---------------------------------------------------------------- exact bytes, and how the scripts find the package
+
+def uint16_bytes(ids):
+    return np.asarray(ids, dtype="<u2").tobytes()
+
+
+def shakespeare_split(text):
+    """The documented split of one text: the last 10% is validation, starting after the first line break
+    (between two non-space characters) at or past 90% of the characters."""
+    return re.compile(r"(?<=\S)\n(?=\S)").search(text, round(len(text) * 0.9)).end()
+
+
+def assert_output_bytes(out_dir, train_ids, val_ids, meta, indent):
+    """train.bin / val.bin as little-endian uint16 ids and meta.json exactly as json.dump writes `meta`."""
+    assert (out_dir / "train.bin").read_bytes() == uint16_bytes(train_ids)
+    assert (out_dir / "val.bin").read_bytes() == uint16_bytes(val_ids)
+    assert (out_dir / "meta.json").read_text() == json.dumps(meta, indent=indent)
+
+
+def test_shakespeare_char_output_is_byte_exact(tmp_path, text, text_file):
+    """The real command from another folder, relative --out_dir: nothing depends on the current folder."""
+    r = subprocess.run([sys.executable, SHAKESPEARE_CHAR, "--input", text_file, "--out_dir", "out"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    chars = sorted(set(text))
+    index = {c: i for i, c in enumerate(chars)}
+    cut = shakespeare_split(text)
+    train, val = [index[c] for c in text[:cut]], [index[c] for c in text[cut:]]
+    meta = {"vocab_size": len(chars), "dtype": "uint16", "tokenizer": "char", "chars": chars,
+            "train_tokens": len(train), "val_tokens": len(val), "documents": 1, "source": [text_file],
+            "val_fraction": 0.1}
+    assert_output_bytes(tmp_path / "out", train, val, meta, indent=None)
+
+
+def test_shakespeare_gpt2_output_is_byte_exact(gpt2_root, text, text_file, enc):
+    cut = shakespeare_split(text)
+    train, val = enc.encode_ordinary(text[:cut]), enc.encode_ordinary(text[cut:]) + [enc.eot_token]
+    assert train + val == enc.encode_ordinary(text) + [enc.eot_token]  # the cut changes no token
+    meta = {"vocab_size": 50257, "dtype": "uint16", "tokenizer": "tiktoken:gpt2", "eot_token": 50256,
+            "train_tokens": len(train), "val_tokens": len(val), "documents": 1, "source": [text_file],
+            "val_fraction": 0.1}
+    assert_output_bytes(gpt2_root / "shakespeare", train, val, meta, indent=1)
+
+
+def test_hf_output_is_byte_exact(tmp_path, enc, docs):
+    source = write_jsonl(tmp_path / "docs.jsonl", docs[:400])
+    r = subprocess.run([sys.executable, OWT, "--input", source, "--out_dir", str(tmp_path / "out"), "--num_proc=1",
+                        "--val_fraction=0.1"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    train, val = expected_split(enc, docs[:400], 0.1)
+    meta = {"vocab_size": 50257, "dtype": "uint16", "tokenizer": "tiktoken:gpt2", "eot_token": 50256,
+            "train_tokens": len(train), "val_tokens": len(val), "source": source, "name": None, "split": "train",
+            "val_split": None, "val_fraction": 0.1, "seed": SEED, "text_field": "text", "max_tokens": 0}
+    assert_output_bytes(tmp_path / "out", train, val, meta, indent=1)
+
+
+def test_data_code_does_not_touch_sys_path():
+    """The prepare scripts reach the data package through data/bootstrap.py: no code under data/ uses sys.path."""
+    uses = []
+    for folder, _, names in os.walk(os.path.join(ROOT, "data")):
+        for path in (os.path.join(folder, n) for n in names if n.endswith(".py")):
+            uses += [f"{os.path.relpath(path, ROOT)}:{node.lineno}" for node in ast.walk(ast.parse(open(path).read()))
+                     if isinstance(node, ast.Attribute) and node.attr == "path" and
+                     isinstance(node.value, ast.Name) and node.value.id == "sys"]
+    assert uses == []
+
+
 # ---------------------------------------------------------------- Hugging Face datasets
 
 @pytest.mark.parametrize("fmt,num_proc", [("jsonl", 1), ("parquet", 2), ("save_to_disk", 1)])
@@ -190,7 +260,7 @@ def test_hf_local_data_matches_direct_tokenization(monkeypatch, tmp_path, enc, d
         source = str(tmp_path / "disk")
         datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": docs, "n": list(range(len(docs)))})}
                              ).save_to_disk(source)
-    monkeypatch.setattr(common, "CHUNK_CHARS", 20_000)  # many tasks in flight
+    monkeypatch.setattr(tokenizers, "CHUNK_CHARS", 20_000)  # many tasks in flight
     out = tmp_path / "out"
     assert run_inprocess(monkeypatch, OWT, "--input", source, "--out_dir", out, f"--num_proc={num_proc}",
                          "--val_fraction=0.1") == 0
@@ -206,7 +276,7 @@ def test_hf_max_tokens_and_val_split(monkeypatch, tmp_path, enc, docs):
     source = str(tmp_path / "disk")
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"body": docs[:-100]}),
                           "validation": datasets.Dataset.from_dict({"body": docs[-100:]})}).save_to_disk(source)
-    monkeypatch.setattr(common, "CHUNK_CHARS", 5_000)
+    monkeypatch.setattr(tokenizers, "CHUNK_CHARS", 5_000)
     out = tmp_path / "out"
     assert run_inprocess(monkeypatch, FINEWEB, "--dataset", source, "--val_split=validation", "--text_field=body",
                          "--max_tokens=20000", "--num_proc=1", "--out_dir", out) == 0
@@ -244,10 +314,11 @@ def test_hf_bad_document_midway_leaves_nothing_behind(monkeypatch, tmp_path, doc
     before = {f: (out / f).read_bytes() for f in os.listdir(out)}
 
     bad = write_jsonl(tmp_path / "bad.jsonl", docs[:-3] + [None] + docs[-2:])  # a null text, late
-    monkeypatch.setattr(common, "CHUNK_CHARS", 10_000)
+    monkeypatch.setattr(tokenizers, "CHUNK_CHARS", 10_000)
     writes = []
-    real_write = common.Output.write
-    monkeypatch.setattr(common.Output, "write", lambda self, s, ids: (writes.append(len(ids)), real_write(self, s, ids)))
+    real_write = writer.Output.write
+    monkeypatch.setattr(writer.Output, "write",
+                        lambda self, s, ids: (writes.append(len(ids)), real_write(self, s, ids)))
     for target, num_proc in ((out, 2), (tmp_path / "fresh", 1)):
         capsys.readouterr()
         assert run_inprocess(monkeypatch, OWT, "--input", bad, "--out_dir", target, f"--num_proc={num_proc}",
@@ -262,9 +333,9 @@ def test_hf_bad_document_midway_leaves_nothing_behind(monkeypatch, tmp_path, doc
 
 def test_hf_resumes_after_an_interruption(monkeypatch, tmp_path, enc, docs, capsys):
     source = write_jsonl(tmp_path / "docs.jsonl", docs)
-    monkeypatch.setattr(common, "CHUNK_CHARS", 10_000)
+    monkeypatch.setattr(tokenizers, "CHUNK_CHARS", 10_000)
     out = tmp_path / "out"
-    real_write, calls = common.Output.write, []
+    real_write, calls = writer.Output.write, []
 
     def interrupting_write(self, split, ids):
         calls.append(split)
@@ -272,12 +343,12 @@ def test_hf_resumes_after_an_interruption(monkeypatch, tmp_path, enc, docs, caps
             raise KeyboardInterrupt
         real_write(self, split, ids)
 
-    monkeypatch.setattr(common.Output, "write", interrupting_write)
+    monkeypatch.setattr(writer.Output, "write", interrupting_write)
     assert run_inprocess(monkeypatch, OWT, "--input", source, "--out_dir", out, "--num_proc=1",
                          "--val_fraction=0.1") == 130
     assert "run the same command again to resume" in capsys.readouterr().err
-    assert not os.path.exists(out / "train.bin") and common.STATE_FILE in os.listdir(out)
-    monkeypatch.setattr(common.Output, "write", real_write)
+    assert not os.path.exists(out / "train.bin") and writer.STATE_FILE in os.listdir(out)
+    monkeypatch.setattr(writer.Output, "write", real_write)
     assert run_inprocess(monkeypatch, OWT, "--input", source, "--out_dir", out, "--num_proc=2",
                          "--val_fraction=0.1") == 0
     assert "resuming an interrupted run at document" in capsys.readouterr().err
@@ -401,22 +472,23 @@ def test_load_tokenizer_follows_meta():
 
 def test_configs_take_the_vocabulary_from_meta(gpt2_root, tmp_path):
     import train
-    tc, model, meta, _ = train.load_settings([os.path.join(ROOT, "config/gqa.py"), "--dataset=shakespeare",
+    tc, model, meta, _, _ = train.load_settings([os.path.join(ROOT, "config/gqa.py"), "--dataset=shakespeare",
                                               f"--data_dir={gpt2_root}"])
     assert model.vocab_size == 50257 and model.attention == "gqa" and meta["tokenizer"] == "tiktoken:gpt2"
-    tc, model, _, _ = train.load_settings([os.path.join(ROOT, "config/shakespeare_gpt2.py"), f"--data_dir={gpt2_root}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/shakespeare_gpt2.py"),
+                                              f"--data_dir={gpt2_root}"])
     assert tc.dataset == "shakespeare" and model.vocab_size == 50257
-    for name in ("openwebtext", "fineweb"):  # stand-in data: load_settings only reads meta.json
+    for name in ("openwebtext", "fineweb"):  # stand-in data: meta.json and a little more than one window
         (tmp_path / name).mkdir()
         for f in ("train.bin", "val.bin"):
-            (tmp_path / name / f).write_bytes(b"")
+            (tmp_path / name / f).write_bytes(bytes(2 * 1100))
         (tmp_path / name / "meta.json").write_text(json.dumps({"vocab_size": 50257, "dtype": "uint16",
                                                                "tokenizer": "tiktoken:gpt2"}))
-    tc, model, _, _ = train.load_settings([os.path.join(ROOT, "config/owt_gpt2_124m.py"), f"--data_dir={tmp_path}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/owt_gpt2_124m.py"), f"--data_dir={tmp_path}"])
     assert (model.n_layer, model.n_head, model.n_embd, model.block_size) == (12, 12, 768, 1024)
     assert (tc.batch_size, tc.gradient_accumulation_steps, tc.learning_rate, tc.max_iters, tc.weight_decay) == \
         (12, 40, 6e-4, 600000, 0.1)
-    tc, model, _, _ = train.load_settings([os.path.join(ROOT, "config/fineweb_gpt2.py"), f"--data_dir={tmp_path}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/fineweb_gpt2.py"), f"--data_dir={tmp_path}"])
     assert tc.dataset == "fineweb" and model.n_embd == 768
 
 

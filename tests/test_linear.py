@@ -1,4 +1,4 @@
-"""Gated linear attention (attention/linear.py).
+"""Gated linear attention: the layer (attention/linear.py) and its PyTorch forms (kernels/gla_reference.py).
 
 - chunk_gla, recurrent_gla_step (stepped over time) and naive_recurrent_gla each equal an
   independent reference written here (a float64 loop over heads and time): outputs, final
@@ -19,8 +19,9 @@ import torch.nn.functional as F
 
 from helpers import (assert_sampling_same_with_and_without_cache, decode_in_chunks, set_attn_impl, tiny_model_kwargs,
                      train_args)
-from attention import linear
-from attention.linear import GATE_NORMALIZER, chunk_gla, naive_recurrent_gla, recurrent_gla_step
+from attention.linear import GATE_NORMALIZER
+from kernels import gla_reference
+from kernels.gla_reference import chunk_gla, naive_recurrent_gla, recurrent_gla_step
 from model import GPT, GPTConfig
 
 
@@ -100,7 +101,7 @@ CASES = [  # T, chunk, n_kv_head, gate, initial state ("strong" takes the sub-ch
 @pytest.mark.parametrize("T,chunk,n_kv_head,gate,with_state", CASES)
 def test_forms_match_reference_values_and_gradients(monkeypatch, form, T, chunk, n_kv_head, gate, with_state):
     if form == "chunk_subchunked":  # no decay is small enough for the factored path
-        monkeypatch.setattr(linear, "MAX_FACTORED_SPAN", -1.0)
+        monkeypatch.setattr(gla_reference, "MAX_FACTORED_SPAN", -1.0)
     B, H, Dk, Dv = 2, 4, 8, 6
     inputs = make_inputs(B, H, n_kv_head, T, Dk, Dv, gate, with_state)
     leaves = [x.requires_grad_() for x in inputs if x is not None]
@@ -165,8 +166,8 @@ def test_typical_decays_take_the_factored_path(monkeypatch):
     """GLA's own decays (logsigmoid(.)/16) keep a 64-token chunk far below 40 nats, so
     training takes the one-matmul path; strong decays take the sub-chunked one."""
     calls = []
-    real = linear._intra_chunk_scores
-    monkeypatch.setattr(linear, "_intra_chunk_scores", lambda *a: calls.append(1) or real(*a))
+    real = gla_reference._intra_chunk_scores
+    monkeypatch.setattr(gla_reference, "_intra_chunk_scores", lambda *a: calls.append(1) or real(*a))
     q, k, v, _, _ = make_inputs(1, 2, 2, 128, 8, 8, None, False)
     gen = torch.Generator().manual_seed(0)
     g = F.logsigmoid(torch.randn(1, 2, 128, 8, generator=gen) * 4) / GATE_NORMALIZER

@@ -1,4 +1,4 @@
-"""bench.py and compare.py produce what DESIGN.md promises."""
+"""bench.py and compare.py produce what the README promises (the JSON keys, the report files)."""
 import json
 import os
 import subprocess

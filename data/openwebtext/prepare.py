@@ -9,14 +9,16 @@ Every document is followed by <|endoftext|>; 0.05% of the documents (as in nanoG
 draw per document) form the validation split. Streaming needs no copy of the dataset on disk; an
 interrupted run (Ctrl-C, a dropped connection) resumes where it stopped when run again with
 the same options. Any text dataset works the same way: --dataset, --name, --split,
---text_field, --val_split (see --help and data/common.py).
+--text_field, --val_split (see --help and data/__init__.py).
 """
 import os
-import sys
+import runpy
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/: the shared common.py
-import common  # noqa: E402
+# Registers the data package without editing sys.path; data/bootstrap.py says why (and why at top level).
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "bootstrap.py"))
 
 if __name__ == "__main__":
-    common.hf_main(__doc__, dataset="Skylion007/openwebtext", split="train", val_fraction=0.0005,
-                   out_dir=os.path.dirname(os.path.abspath(__file__)))
+    from data import prepare_hf
+
+    prepare_hf.main(__doc__, dataset="Skylion007/openwebtext", split="train", val_fraction=0.0005,
+                    out_dir=os.path.dirname(os.path.abspath(__file__)))

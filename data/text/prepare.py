@@ -10,10 +10,12 @@ in the order given (a folder's .txt files sorted by path). The last --val_fracti
 forces 32-bit ids (automatic when the vocabulary exceeds 65536).
 """
 import os
-import sys
+import runpy
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # data/: the shared common.py
-import common  # noqa: E402
+# Registers the data package without editing sys.path; data/bootstrap.py says why (and why at top level).
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "bootstrap.py"))
 
 if __name__ == "__main__":
-    common.text_main(__doc__, out_dir=os.path.dirname(os.path.abspath(__file__)), tokenizer="gpt2", val_fraction=0.1)
+    from data import prepare_text
+
+    prepare_text.main(__doc__, out_dir=os.path.dirname(os.path.abspath(__file__)), tokenizer="gpt2", val_fraction=0.1)

@@ -19,11 +19,12 @@ import torch.nn.functional as F  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
 import kernels.flash_attn as fa  # noqa: E402
-from kernels.flash_attn import flash_attention, interpreter_enabled, triton_available  # noqa: E402
+from kernels.env import available, interpreted  # noqa: E402
+from kernels.flash_attn import flash_attention  # noqa: E402
 from kernels.reference import attention_reference  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEVICE = "cuda" if triton_available("cuda") else "cpu"
+DEVICE = "cuda" if available("cuda") else "cpu"
 cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (compiled Triton)")
 
 
@@ -184,7 +185,7 @@ def test_cpu_without_interpreter_says_what_to_do():
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert "TRITON_INTERPRET=1" in out.stdout and "sdpa" in out.stdout, out.stdout + out.stderr
-    assert interpreter_enabled()
+    assert interpreted()
 
 
 # ----------------------------------------------------------------------------- CUDA, low precision

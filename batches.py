@@ -1,0 +1,70 @@
+"""Training and evaluation batches: random windows of block_size tokens from the token files
+that data/<dataset>/prepare.py writes (train.bin, val.bin).
+
+Randomness a resumed run must repeat is a function of (seed, rank, step) alone: training
+batch n of rank r is drawn from a generator seeded by (seed, r, n), and so are the dropout
+masks of each step. Resuming then reproduces the uninterrupted run on every rank with no
+RNG state to save. Every evaluation reads the same windows, so losses compare across evals.
+"""
+import math
+import os
+
+import numpy as np
+import torch
+
+from configurator import ConfigError
+
+
+def check_token_files(data_dir, meta, block_size):
+    """Both splits hold whole tokens of meta's dtype, and more than block_size of them."""
+    itemsize = np.dtype(meta.get("dtype", "uint16")).itemsize
+    for split in ("train", "val"):
+        path = os.path.join(data_dir, f"{split}.bin")
+        size = os.path.getsize(path)
+        if size % itemsize:
+            raise ConfigError(f"{path} is {size} bytes, not a whole number of {meta.get('dtype', 'uint16')} tokens "
+                              "(meta.json); re-run the prepare script")
+        if size // itemsize <= block_size:
+            raise ConfigError(f"{path} holds {size // itemsize} tokens, not more than block_size={block_size}; "
+                              "lower block_size")
+
+
+class Batches:
+    def __init__(self, data_dir, meta, block_size, batch_size, device, seed, rank=0):
+        self.data_dir, self.block_size, self.batch_size = data_dir, block_size, batch_size
+        self.np_dtype = np.dtype(meta.get("dtype", "uint16"))
+        self.device, self.seed, self.rank = device, seed, rank
+        self.gen = torch.Generator()
+
+    def rank_seed(self, stream, n):
+        """stream 0: training batches, 1: dropout masks; n: batch or step number."""
+        return (((self.seed * 1_000_003 + self.rank) * 2 + stream) * 1_000_003 + n) % 2**63
+
+    def get(self, split, gen, load=True):
+        """batch_size random windows drawn from gen; load=False only draws them (keeps gen in step)."""
+        # re-opened each call: np.memmap keeps pages alive otherwise
+        data = np.memmap(os.path.join(self.data_dir, f"{split}.bin"), dtype=self.np_dtype, mode="r")
+        ix = torch.randint(len(data) - self.block_size, (self.batch_size,), generator=gen)
+        if not load:
+            return None
+        x = torch.stack([torch.from_numpy(data[i:i + self.block_size].astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + self.block_size].astype(np.int64)) for i in ix])
+        if self.device.startswith("cuda"):
+            return x.pin_memory().to(self.device, non_blocking=True), y.pin_memory().to(self.device, non_blocking=True)
+        return x.to(self.device), y.to(self.device)
+
+    def train(self, n):
+        """Training batch n of this rank."""
+        return self.get("train", self.gen.manual_seed(self.rank_seed(0, n)))
+
+    def eval_windows(self, split, eval_iters, world=1):
+        """(X, Y, weight) for this rank's share of the eval_iters fixed windows: rank r takes
+        windows r, r + world, ... Every rank yields the same count (each forward may be a
+        collective); a rank short of a window gets a dummy one with weight 0."""
+        self.gen.manual_seed(self.seed + 1)
+        dummy = torch.zeros(self.batch_size, self.block_size, dtype=torch.long, device=self.device)
+        for k in range(math.ceil(eval_iters / world) * world):
+            real, mine = k < eval_iters, k % world == self.rank
+            batch = self.get(split, self.gen, load=mine) if real else None  # every rank draws every window
+            if mine:
+                yield (*(batch if real else (dummy, dummy)), float(real))

@@ -1,0 +1,129 @@
+"""Front end for local text (data/text, data/shakespeare, data/shakespeare_char): files in, train/val out.
+
+Files are read in the order given (a folder's .txt files sorted by path); each is one document,
+followed by the end-of-text token with tiktoken encodings. The last --val_fraction of the text is
+the validation split. A run stopped for any reason leaves nothing behind (local text is quick to redo).
+"""
+import os
+import sys
+from dataclasses import dataclass
+
+from .cli import Parser, add_output_args, check_num_proc, progress
+from .errors import InputError, fail
+from .text_source import download, list_text_files, scan_text_files, text_pieces
+from .tokenizers import Workers, choose_dtype, load_encoding, tiktoken_name
+from .writer import Output, check_out_dir
+
+
+@dataclass
+class Vocabulary:
+    total_chars: int
+    size: int
+    spec: tuple      # what the workers build their encoder from: ('char', chars) or ('tiktoken', name)
+    meta: dict       # the tokenizer's entries in meta.json
+    dtype: str
+
+
+def _parser(description, out_dir, tokenizer, val_fraction, url):
+    ap = Parser(description)
+    if url is None:
+        ap.add_argument("--input", nargs="+", metavar="PATH",
+                        help="text files and/or folders (every .txt inside, sorted); each file is one document")
+    else:
+        ap.add_argument("--input", nargs=1, metavar="PATH", help="a local copy of the text (default: download it)")
+        ap.add_argument("--url", default=url, help="where to download the text from (default %(default)s)")
+    ap.add_argument("--tokenizer", default=tokenizer,
+                    help="char, or a tiktoken encoding: gpt2, r50k_base, cl100k_base, o200k_base... "
+                         "(default %(default)s)")
+    ap.add_argument("--val_fraction", type=float, default=val_fraction,
+                    help="the last this fraction of the text is the validation split (default %(default)s)")
+    add_output_args(ap, out_dir)
+    return ap
+
+
+def _check_args(args, url):
+    """The checks that need no reading: (tiktoken encoding name or None for char, files or None to download)."""
+    if url is None and not args.input:
+        raise InputError("no input; pass text files or folders with --input PATH [PATH ...]")
+    if not 0 < args.val_fraction < 1:
+        raise InputError(f"--val_fraction={args.val_fraction} must be between 0 and 1 (e.g. 0.1)")
+    check_num_proc(args.num_proc)
+    enc_name = tiktoken_name(args.tokenizer)
+    return enc_name, (list_text_files(args.input) if args.input else None)
+
+
+def _vocabulary(files, enc_name, dtype):
+    """One pass over the files (UTF-8, not empty, the character set for char) and the vocabulary they get."""
+    total, chars = scan_text_files(files, want_chars=enc_name is None)
+    if total < 2:
+        raise InputError("the input holds a single character, too little to split into train and val")
+    if enc_name is None:
+        return Vocabulary(total, len(chars), ("char", chars), {"tokenizer": "char", "chars": chars},
+                          choose_dtype(len(chars), dtype))
+    enc = load_encoding(enc_name)
+    return Vocabulary(total, enc.n_vocab, ("tiktoken", enc_name),
+                      {"tokenizer": f"tiktoken:{enc_name}", "eot_token": enc.eot_token},
+                      choose_dtype(enc.n_vocab, dtype))
+
+
+def _tokenize(args, files, vocab, out):
+    """Tokenize every file into out and commit it; returns meta.json's content."""
+    total = vocab.total_chars
+    # The split point in characters; text_pieces moves it to the nearest place that changes no token.
+    split_at = min(total - 1, max(1, round(total * (1 - args.val_fraction))))
+    add_eot = vocab.spec[0] == "tiktoken"
+    workers = None
+    bar = progress(total, "char", "tokenizing")
+    try:
+        workers = Workers(args.num_proc, vocab.spec, vocab.dtype)
+        out.open()
+        tasks = (((i, last, in_val, len(piece)), [(piece, add_eot and last)])
+                 for i, last, in_val, piece in text_pieces(files, split_at))
+        docs = 0
+        for (i, last, in_val, n_chars), (flat, _) in workers.map(tasks):
+            out.write("val" if in_val else "train", flat)
+            docs += last
+            bar.update(n_chars)
+            bar.set_postfix(docs=f"{docs}/{len(files)}", tokens=f"{sum(out.tokens.values()):,}", refresh=False)
+        bar.close()
+        meta = {"vocab_size": vocab.size, "dtype": vocab.dtype, **vocab.meta,
+                "train_tokens": out.tokens["train"], "val_tokens": out.tokens["val"], "documents": len(files),
+                "source": args.input or [args.url], "val_fraction": args.val_fraction}
+        out.commit(meta)
+    except KeyboardInterrupt:  # local text is quick to redo: nothing half-written stays
+        bar.close()
+        out.discard()
+        print("\ninterrupted; nothing was kept", file=sys.stderr)
+        sys.exit(130)
+    except BaseException:
+        bar.close()
+        out.discard()
+        raise
+    finally:
+        bar.close()
+        if workers is not None:
+            workers.close()
+    return meta
+
+
+def main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1, url=None,
+         download_name="input.txt"):
+    """Tokenize local text files (or, when url is given and --input is not, a downloaded one) into out_dir."""
+    args = _parser(description, out_dir, tokenizer, val_fraction, url).parse_args(argv)
+    try:
+        enc_name, files = _check_args(args, url)
+    except InputError as e:
+        fail(str(e))
+    created = check_out_dir(args.out_dir)
+    try:
+        if files is None:
+            files = [download(args.url, os.path.join(args.out_dir, download_name))]
+        vocab = _vocabulary(files, enc_name, args.dtype)
+    except InputError as e:
+        Output(args.out_dir, "uint16", created_dir=created).discard()
+        fail(str(e))
+    out = Output(args.out_dir, vocab.dtype, created_dir=created)
+    meta = _tokenize(args, files, vocab, out)
+    print(f"{vocab.total_chars:,} characters in {len(files)} file(s), {meta['tokenizer']} vocabulary of "
+          f"{vocab.size}: {out.tokens['train']:,} train / {out.tokens['val']:,} val tokens ({vocab.dtype}) "
+          f"-> {args.out_dir}")

@@ -1,0 +1,124 @@
+"""The output folder: train.bin / val.bin written under temporary names, meta.json last, resume state.
+
+Nothing half-written is ever named train.bin: tokens go to train.tmp.bin / val.tmp.bin (ignored by
+git like any .bin) and are renamed together by Output.commit, with meta.json written last.
+"""
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from .errors import fail
+
+STATE_FILE = "prepare_state.json"  # where an interrupted Hugging Face run records how far it got
+
+
+def check_out_dir(out_dir):
+    """Create out_dir if needed and prove it is writable. Returns whether it was created."""
+    existed = os.path.isdir(out_dir)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        fail(f"cannot write to --out_dir {out_dir} ({e.strerror or e}); pick a folder you can write to")
+    return not existed
+
+
+def write_json_atomic(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1 if "chars" not in obj else None)  # a char list one per line is unreadable
+    os.replace(tmp, path)
+
+
+class Output:
+    """train.bin / val.bin written under temporary names, renamed together by commit()."""
+
+    SPLITS = ("train", "val")
+
+    def __init__(self, out_dir, dtype, created_dir=False):
+        self.out_dir, self.dtype, self.created_dir = out_dir, np.dtype(dtype), created_dir
+        self.tmp = {s: os.path.join(out_dir, f"{s}.tmp.bin") for s in self.SPLITS}
+        self.state_path = os.path.join(out_dir, STATE_FILE)
+        self.files, self.tokens = {}, {s: 0 for s in self.SPLITS}
+
+    def open(self, resume_tokens=None):
+        """Start empty files, or reopen the temporary files of an interrupted run at the recorded lengths
+        (anything written after its last checkpoint is cut off)."""
+        for s in self.SPLITS:
+            if resume_tokens is None:
+                self.files[s] = open(self.tmp[s], "wb")
+            else:
+                self.files[s] = open(self.tmp[s], "r+b")
+                self.files[s].truncate(resume_tokens[s] * self.dtype.itemsize)
+                self.files[s].seek(0, os.SEEK_END)
+                self.tokens[s] = resume_tokens[s]
+
+    def can_resume(self, tokens):
+        return all(os.path.isfile(self.tmp[s]) and
+                   os.path.getsize(self.tmp[s]) >= tokens[s] * self.dtype.itemsize for s in self.SPLITS)
+
+    def write(self, split, ids):
+        if len(ids):
+            ids.astype(self.dtype, copy=False).tofile(self.files[split])
+            self.tokens[split] += len(ids)
+
+    def move_tail_to_val(self, n):
+        """Move the last n train tokens to val (used when the random val draw picked no document)."""
+        f = self.files["train"]
+        f.flush()
+        keep = self.tokens["train"] - n
+        tail = np.fromfile(self.tmp["train"], dtype=self.dtype, offset=keep * self.dtype.itemsize)
+        f.truncate(keep * self.dtype.itemsize)
+        f.seek(0, os.SEEK_END)
+        self.tokens["train"] = keep
+        self.write("val", tail)
+
+    def sync(self):
+        for f in self.files.values():
+            f.flush()
+            os.fsync(f.fileno())
+
+    def save_state(self, state):
+        self.sync()
+        write_json_atomic(self.state_path, state)
+
+    def load_state(self):
+        try:
+            with open(self.state_path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def close(self):
+        for f in self.files.values():
+            f.close()
+        self.files = {}
+
+    def commit(self, meta):
+        """Rename the temporary files into place. The old meta.json goes first and the new one comes
+        last, so a crash in between leaves no meta.json (train.py refuses) rather than a mismatch."""
+        self.sync()
+        self.close()
+        meta_path = os.path.join(self.out_dir, "meta.json")
+        if os.path.exists(meta_path):
+            os.remove(meta_path)
+        for s in self.SPLITS:
+            os.replace(self.tmp[s], os.path.join(self.out_dir, f"{s}.bin"))
+        write_json_atomic(meta_path, meta)
+        if os.path.exists(self.state_path):
+            os.remove(self.state_path)
+
+    def discard(self):
+        """Remove every temporary file (and out_dir itself if this run created it and it is empty)."""
+        self.close()
+        for path in (*self.tmp.values(), self.state_path):
+            if os.path.exists(path):
+                os.remove(path)
+        if self.created_dir:
+            try:
+                os.rmdir(self.out_dir)
+            except OSError:
+                pass

@@ -1,0 +1,120 @@
+"""The implementation report (GPT.attn_impl_report, attention/dispatch.py) says what actually ran.
+
+Each test spies on the kernel entry points (kernels.flash_attn.flash_attention,
+kernels.gla.chunk_gla) and on PyTorch's SDPA, runs a forward, and checks the report against the
+calls, not against the chooser's own bookkeeping. Triton cases run the kernel under the
+interpreter on CPU (conftest sets TRITON_INTERPRET=1) and natively on CUDA.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attention import dispatch
+from helpers import set_attn_impl
+from kernels.env import available
+from model import GPT, GPTConfig
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+needs_kernels = pytest.mark.skipif(not available(DEVICE), reason="Triton cannot run here")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts of the calls that reached each implementation; stderr notes start afresh."""
+    import kernels.flash_attn
+    import kernels.gla
+    seen = {"flash": 0, "gla_kernel": 0, "sdpa": 0}
+
+    def spy(name, real):
+        def wrapper(*args, **kwargs):
+            seen[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+    monkeypatch.setattr(kernels.flash_attn, "flash_attention", spy("flash", kernels.flash_attn.flash_attention))
+    monkeypatch.setattr(kernels.gla, "chunk_gla", spy("gla_kernel", kernels.gla.chunk_gla))
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy("sdpa", F.scaled_dot_product_attention))
+    monkeypatch.setattr(dispatch, "_said", set())
+    return seen
+
+
+def run_model(n_layer=2, **kw):
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=32, vocab_size=65, n_layer=n_layer, n_head=4, n_embd=64, **kw)
+    model = GPT(cfg).to(DEVICE)
+    idx = torch.randint(0, 65, (1, 20), device=DEVICE)
+    model(idx[:, :-1], idx[:, 1:])
+    return model
+
+
+@needs_kernels
+def test_triton_with_dropout_reports_and_runs_sdpa(calls, capsys):
+    model = run_model(attention="mha", attn_impl="triton", dropout=0.1)
+    assert calls["flash"] == 0 and calls["sdpa"] == 2
+    assert model.attn_impl_report() == {"requested": "triton", "used": "sdpa", "why": "dropout > 0"}
+    model(torch.zeros(1, 5, dtype=torch.long, device=DEVICE))
+    notes = [line for line in capsys.readouterr().err.splitlines() if "dropout > 0" in line]
+    assert len(notes) == 1  # said once, for all layers and forwards
+
+
+@needs_kernels
+def test_triton_without_dropout_reports_and_runs_the_kernel(calls):
+    model = run_model(attention="gqa", n_kv_head=2, attn_impl="triton")
+    assert calls["flash"] == 2 and calls["sdpa"] == 0
+    assert model.attn_impl_report() == {"requested": "triton", "used": "triton", "why": None}
+
+
+def test_auto_on_cpu_reports_and_runs_sdpa(calls):
+    if DEVICE == "cuda":
+        pytest.skip("auto picks the kernel on CUDA")
+    model = run_model(attention="mha", attn_impl="auto")
+    assert calls["flash"] == 0 and calls["sdpa"] == 2
+    assert model.attn_impl_report() == {"requested": "auto", "used": "sdpa", "why": "auto runs PyTorch off CUDA"}
+
+
+@needs_kernels
+@pytest.mark.parametrize("gla_chunk,used", [(16, "triton"), (8, "sdpa")])
+def test_gla_chunk_the_kernel_cannot_take_is_reported(calls, gla_chunk, used):
+    model = run_model(n_layer=1, attention="gla", attn_impl="triton", gla_chunk=gla_chunk)
+    assert calls["gla_kernel"] == (used == "triton")
+    report = model.attn_impl_report()
+    assert report["used"] == used
+    assert (report["why"] is None) == (used == "triton") and (used == "triton" or "power of two" in report["why"])
+
+
+@needs_kernels
+def test_changing_attn_impl_changes_what_runs(calls):
+    model = run_model(n_layer=1, attention="mha", attn_impl="triton")
+    assert calls["flash"] == 1
+    set_attn_impl(model, "naive")  # tests switch layers to the reference this way
+    model(torch.zeros(1, 5, dtype=torch.long, device=DEVICE))
+    assert calls["flash"] == 1 and calls["sdpa"] == 0
+    assert model.attn_impl_report() == {"requested": "naive", "used": "naive", "why": None}
+
+
+def test_mla_reports_each_path():
+    """The absorbed decode form attends over d_c + d_r = 288 dims, past the kernel's 256; the
+    training form over d_h + d_r = 96 (checked only where the kernels can run: that decides it)."""
+    cfg = GPTConfig(block_size=16, vocab_size=65, n_layer=1, n_head=4, n_embd=256, attention="mla", attn_impl="triton")
+    report = GPT(cfg).attn_impl_report(DEVICE)
+    if available(DEVICE):
+        assert report["used"] == {"forward": "triton", "absorbed": "sdpa"} and "288" in report["why"]
+    else:
+        assert report["used"] == "sdpa" and report["why"]
+
+
+@needs_kernels
+@pytest.mark.parametrize("dropout,used", [(0.1, "sdpa"), (0.0, "triton")])
+def test_summary_json_records_what_ran_in_training(calls, data_root, tmp_path, dropout, used):
+    """train.py's summary.json and header line carry the resolved implementation, and it is
+    the one the spies saw during training."""
+    import json
+
+    import train
+    from helpers import train_args
+    train.main(train_args(data_root, tmp_path, "--max_iters=1", "--eval_interval=1", "--eval_iters=1",
+                          "--attn_impl=triton", f"--dropout={dropout}"))
+    with open(tmp_path / "summary.json") as f:
+        record = json.load(f)["attn_impl"]
+    assert record["requested"] == "triton" and record["used"] == used
+    assert ("dropout > 0" in (record["why"] or "")) == (used == "sdpa")
+    assert (calls["flash"] > 0) == (used == "triton") and (calls["sdpa"] > 0) == (used == "sdpa")
