@@ -124,10 +124,11 @@ def layer_weights(record):
     return linear_attention_weights(record["q"], record["k"], record["g"], record["scale"])
 
 
-def linear_attention_weights(q, k, g, scale):
+def linear_attention_weights(q, k, g, scale, max_elems=2 ** 24):
     """GLA's effective weights (module docstring): q (B, H, T, D), k and g (B, Hkv, T, D) ->
-    (|w| normalized per query (B, H, T, T), causal mask (1, T, T))."""
-    H, T = q.size(1), q.size(2)
+    (|w| normalized per query (B, H, T, T), causal mask (1, T, T)). The pairwise decays
+    (B, H, queries, T, D) are formed for a slice of queries at a time, under max_elems."""
+    B, H, T, D = q.shape
     G = H // k.size(1)
     k = k.repeat_interleave(G, dim=1)
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
@@ -135,8 +136,13 @@ def linear_attention_weights(q, k, g, scale):
         w = (q @ k.transpose(-1, -2)) * scale
     else:
         b = g.repeat_interleave(G, dim=1).cumsum(dim=2)                       # (B, H, T, D)
-        exponent = (b[:, :, :, None, :] - b[:, :, None, :, :]).masked_fill(~causal[:, :, None], float("-inf"))
-        w = torch.einsum("bhid,bhjd,bhijd->bhij", q, k, exponent.exp()) * scale   # exponents <= 0
+        step = max(1, max_elems // (B * H * T * D))
+        rows = []
+        for i in range(0, T, step):
+            exponent = (b[:, :, i:i + step, None, :] - b[:, :, None, :, :]).masked_fill(
+                ~causal[i:i + step, :, None], float("-inf"))                 # <= 0 where j <= i
+            rows.append(torch.einsum("bhid,bhjd,bhijd->bhij", q[:, :, i:i + step], k, exponent.exp()))
+        w = torch.cat(rows, dim=2) * scale
     w = w.abs().masked_fill(~causal, 0.0)
     return w / w.sum(dim=-1, keepdim=True).clamp_min(1e-30), causal[None]
 
