@@ -1,6 +1,6 @@
 """One GPT whose attention is chosen by config: GPTConfig, Block, GPT.
 
-    idx -> wte (+ wpe if learned) -> [Block: x + attn(ln_1(x)), x + mlp(ln_2(x))] x n_layer
+    idx -> wte (+ wpe if learned, + sinusoidal code) -> [Block: x + attn(ln_1(x)), x + mlp(ln_2(x))] x n_layer
         -> ln_f -> lm_head (tied to wte) -> logits
 
 The attention variant comes from attention/ (config.attention); positions are absolute
@@ -16,8 +16,14 @@ from torch import nn
 
 from attention import VARIANTS, build_attention, variant_class
 from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
+from attention.positional import sinusoidal_encoding
 
-POS_ENCODINGS = ("rope", "alibi", "learned", "none")
+POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
+ABSOLUTE_POSITIONS = ("learned", "sinusoidal")   # added to the token embeddings
+# The sin/cos code (elements of rms 1/sqrt(2)) is scaled to the rms of the 0.02-std tables of
+# _init_weights (wte, and wpe for learned): at full scale its norm is ~35x a token's here and
+# training stalls (the paper scales the embeddings up by sqrt(d_model) instead; GPT-2's init does not).
+SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)
 
 
 @dataclass
@@ -33,7 +39,7 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon (PyTorch's default, and GPT-2's)
     attention: str = "mha"        # one of attention.VARIANTS: mha, gqa, mqa, ...
     n_kv_head: int = 0            # KV heads; 0 = what `attention` implies (mha: n_head, mqa: 1)
-    pos_encoding: str = "rope"    # rope | alibi | learned | none
+    pos_encoding: str = "rope"    # rope | alibi | learned | sinusoidal | none
     rope_base: float = 10000.0    # RoPE theta_i = rope_base^(-2i/d)
     attn_impl: str = "auto"       # auto (Triton on CUDA, else SDPA) | triton | sdpa | naive
     # --- MLA (attention/mla.py), DeepSeek-V2 section 2.1 ---
@@ -191,6 +197,8 @@ class GPT(nn.Module):
             if start + T > self.config.block_size:
                 raise ValueError(f"learned positions stop at block_size={self.config.block_size}")
             x = x + self.wpe(pos)
+        elif self.config.pos_encoding == "sinusoidal":
+            x = x + (SINUSOIDAL_SCALE * sinusoidal_encoding(pos, self.config.n_embd)).to(x.dtype)
         x = self.drop(x)
         for i, block in enumerate(self.h):
             x = block(x, pos, caches[i] if caches is not None else None)
@@ -236,6 +244,8 @@ class GPT(nn.Module):
         token per step. Learned positions fall back to recomputing the last block_size
         tokens once the cache reaches block_size; the others slide their cache.
         Without the cache: recompute the last `window` tokens every step.
+        Sinusoidal positions are absolute too, so they fall back like learned ones once the
+        cache holds `window` tokens (a slid cache would disagree with a recompute from 0).
         """
         window = self.context_window(max_context)
         # A constant-state cache (linear attention) cannot drop old tokens: it covers everything
@@ -249,7 +259,7 @@ class GPT(nn.Module):
                 context = idx[:, -window:]
                 caches = self.init_caches(idx.size(0), min(window, context.size(1) + max_new_tokens))
                 logits, _ = self(context, caches=caches, last_only=True)
-            elif self.wpe is not None and caches[0].pos >= self.config.block_size:
+            elif self.config.pos_encoding in ABSOLUTE_POSITIONS and first is None and caches[0].pos >= window:
                 logits, _ = self(idx[:, -window:], last_only=True)
             else:
                 logits, _ = self(idx[:, -1:], caches=caches, last_only=True)

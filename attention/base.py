@@ -24,7 +24,10 @@ on `Attention` (the ones without a default must be written by every variant):
 `attend` is the single softmax-attention routine that all softmax variants call:
 positions decide causality and ALiBi, so the same call serves training (pos = 0..T-1),
 prefill against a cache and one-token decoding.
+
+`record_attention` is a recording hook for analyze.py (see there): off by default.
 """
+import contextlib
 import math
 
 import torch
@@ -171,6 +174,8 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
     Returns (B, H, Tq, Dv).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    if _recording is not None:
+        return _recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p)
     # The kernel aligns causality bottom-right, which is what positions mean here: the
     # keys of a cache are contiguous and end at the last query.
     if impl == "triton":  # attention/dispatch.py chose it: no keep mask, no dropout
@@ -219,3 +224,49 @@ def _naive_attention(q, k, v, allowed, bias, scale, dropout_p):
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p).to(v.dtype)
     return (probs @ v.unsqueeze(2)).reshape(B, H, Tq, -1)
+
+
+# ---- recording hook for analyze.py: while off, `attend` pays one `is None` check ----
+_recording = None   # {"records": [...], "force_uniform": bool} while record_attention is active
+
+
+@contextlib.contextmanager
+def record_attention(force_uniform: bool = False):
+    """Record what every attention layer attends to, in call order (one entry per layer and
+    forward). While active, `attend` takes the plain path below whatever attn_impl says:
+    explicit fp32 scores, softmax, probs @ v, and appends
+        {"probs": (B, H, Tq, Tk) fp32, "allowed": (Tq, Tk) or (H, Tq, Tk) bool, "q_pos", "k_pos"}
+    (the probabilities it used for its output); layers without a softmax call `record_linear`.
+    force_uniform=True is a test hook: every query spreads its weight evenly over the keys it
+    may see (scores all zero), which is the baseline the analysis compares against."""
+    global _recording
+    previous, _recording = _recording, {"records": [], "force_uniform": force_uniform}
+    try:
+        yield _recording["records"]
+    finally:
+        _recording = previous
+
+
+def record_linear(q, k, g, pos, scale):
+    """Gated linear attention's hook: store its q (B, H, T, D), k and log-decay g (B, Hkv, T, D)
+    (g None: no decay) when recording; analyze.py derives each past token's weight from them."""
+    if _recording is not None:
+        _recording["records"].append({"q": q.detach().float(), "k": k.detach().float(), "pos": pos, "scale": scale,
+                                      "g": None if g is None else g.detach().float()})
+
+
+def _recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p):
+    """`attend` in plain math, keeping the probabilities (see record_attention)."""
+    G = q.size(1) // k.size(1)
+    k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)   # a KV head per query head
+    allowed = k_pos[None, :] <= q_pos[:, None]
+    if keep is not None:
+        allowed = allowed & keep
+    scores = (q.float() @ k.float().transpose(-1, -2)) * scale          # (B, H, Tq, Tk)
+    if _recording["force_uniform"]:
+        scores = torch.zeros_like(scores)
+    elif alibi_slopes is not None:
+        scores = scores + alibi_bias(alibi_slopes, q_pos, k_pos)
+    probs = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+    _recording["records"].append({"probs": probs.detach(), "allowed": allowed, "q_pos": q_pos, "k_pos": k_pos})
+    return (F.dropout(probs, p=dropout_p) @ v.float()).to(v.dtype)

@@ -34,7 +34,7 @@ import functools
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention.base import Attention
+from attention.base import Attention, record_linear
 from attention.cache import StateCache
 from kernels.gla_reference import chunk_gla, in_fp32, naive_recurrent_gla, recurrent_gla_step
 
@@ -64,9 +64,10 @@ class GatedLinearAttention(Attention):
 
     @classmethod
     def check_config(cls, config):
-        if config.pos_encoding not in ("rope", "none"):
-            raise ValueError(f"attention=gla works with pos_encoding rope or none (no score matrix for alibi, "
-                             f"no fixed context for learned), got {config.pos_encoding}")
+        # sinusoidal is added to the embeddings and defined at every position, like rope and none
+        if config.pos_encoding not in ("rope", "sinusoidal", "none"):
+            raise ValueError(f"attention=gla works with pos_encoding rope, sinusoidal or none (no score matrix "
+                             f"for alibi, no fixed context for learned), got {config.pos_encoding}")
         if config.gla_gate not in cls.GATES:
             raise ValueError(f"unknown gla_gate={config.gla_gate!r}; choose one of {', '.join(cls.GATES)}")
         if config.gla_feature_map not in cls.FEATURE_MAPS:
@@ -88,6 +89,7 @@ class GatedLinearAttention(Attention):
         g = None
         if self.gk_proj is not None:
             g = (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
+        record_linear(q, k, g, pos, scale=D ** -0.5)  # no-op unless analyze.py records (attention/base.py)
 
         if cache is not None and T == 1:
             o, state = recurrent_gla_step(q, k, v, g, cache.state)

@@ -1,6 +1,7 @@
-"""Positional encodings shared by every attention variant: RoPE and ALiBi.
+"""Positional encodings: RoPE and ALiBi (used by every attention variant) and the
+sinusoidal absolute code (added to the token embeddings by model.py).
 
-Both work on absolute positions (a LongTensor of the tokens' indices in the
+All work on absolute positions (a LongTensor of the tokens' indices in the
 sequence), so a decoder with a cache just passes the positions of the new tokens.
 """
 import math
@@ -61,3 +62,15 @@ def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -
     bias here, but the causal mask removes them."""
     distance = (q_pos[:, None] - k_pos[None, :]).float()   # (Tq, Tk)
     return -slopes.to(q_pos.device)[:, None, None] * distance
+
+
+def sinusoidal_encoding(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """The fixed code of "Attention Is All You Need" (section 3.5): (T, dim) fp32 with
+        PE[m, 2i] = sin(m * base^(-2i/dim)),  PE[m, 2i+1] = cos(m * base^(-2i/dim)).
+    Each (sin, cos) pair is a point on a circle turning with m, so PE[m] . PE[n] is
+    sum_i cos((m - n) * base^(-2i/dim)): it depends only on the offset m - n.
+    Computed on the fly in fp64 (the same frequencies as RoPE), so any position works.
+    An odd dim leaves the last column without its cos partner: it gets the sin only."""
+    angles = pos.to(torch.float64)[:, None] * rope_inv_freq(dim, base).to(pos.device)[None, :]
+    code = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)   # (T, 2 * ceil(dim/2))
+    return code[:, :dim].float()

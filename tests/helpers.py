@@ -10,7 +10,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 ATTENTIONS = {"mha": 0, "gqa": 2, "mqa": 0}   # attention -> n_kv_head (0 = implied)
-POS_ENCODINGS = ("rope", "alibi", "learned", "none")
+POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
 
 
 def tiny_model_kwargs(**overrides):
@@ -27,11 +27,12 @@ def train_args(data_root, out_dir, *extra):
             "--warmup_iters=5", "--learning_rate=1e-2", "--lr_decay_iters=100", *extra]
 
 
-def reference_qkv_attention(attn, x, pos_encoding, mask=None):
+def reference_qkv_attention(attn, x, pos_encoding, mask=None, probs_out=None):
     """Independent causal attention for the c_attn/c_proj layers (MHA family, BigBird): a
     loop over heads with per-head weights, explicit scores, RoPE by 2x2 rotations of the
     pairs (x[2i], x[2i+1]), ALiBi slopes of 4 heads spelled out, GQA by head groups.
-    mask: optional bool (T, T) of allowed pairs (default: causal)."""
+    mask: optional bool (T, T) of allowed pairs (default: causal); probs_out: a list that
+    receives each head's probabilities (B, T, T)."""
     B, T, C = x.shape
     H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
     W = attn.c_attn.weight
@@ -55,7 +56,10 @@ def reference_qkv_attention(attn, x, pos_encoding, mask=None):
             assert H == 4, "the slopes below are those of 4 heads"
             i = torch.arange(T)
             scores = scores - 2.0 ** (-2.0 * (h + 1)) * (i[:, None] - i[None, :]).float()  # 1/4 ... 1/256
-        outs.append(scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v)
+        probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        if probs_out is not None:
+            probs_out.append(probs)
+        outs.append(probs @ v)
     return torch.cat(outs, dim=-1) @ attn.c_proj.weight.T
 
 

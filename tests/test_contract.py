@@ -36,7 +36,7 @@ def make_model(attention, pos_encoding):
 
 def test_every_registered_variant_is_checked():
     assert set(VARIANTS) == set(VARIANT_KWARGS)
-    assert len(CASES) >= 20  # gla refuses alibi and learned; the others take all four
+    assert len(CASES) >= 28  # gla refuses alibi and learned; the others take all five
 
 
 @pytest.mark.parametrize("attention,pos_encoding", CASES)
