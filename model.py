@@ -229,7 +229,8 @@ class GPT(nn.Module):
         RoPE, ALiBi and no positions slide a cache of max_context (default block_size) tokens."""
         limited = self.wpe is not None or any(b.attn.context_within_block_size for b in self.h)
         if limited and max_context and max_context > self.config.block_size:
-            why = "learned positions stop" if self.wpe is not None else f"attention={self.config.attention} is defined up to"
+            why = ("learned positions stop" if self.wpe is not None
+                   else f"attention={self.config.attention} is defined up to")
             raise ValueError(f"{why} at block_size={self.config.block_size}; lower max_context to at most that")
         if self.wpe is not None:
             return self.config.block_size

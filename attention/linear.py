@@ -54,8 +54,10 @@ class GatedLinearAttention(Attention):
         self.c_attn = nn.Linear(config.n_embd, (2 * H + 2 * Hkv) * D, bias=config.bias)
         # Low-rank decay projection; its second bias sets each channel's base decay rate
         # (the paper and flash-linear-attention keep it whatever config.bias says).
-        self.gk_proj = nn.Sequential(nn.Linear(config.n_embd, GATE_LOW_RANK, bias=False),
-                                     nn.Linear(GATE_LOW_RANK, Hkv * D, bias=True)) if config.gla_gate == "data" else None
+        self.gk_proj = None
+        if config.gla_gate == "data":
+            self.gk_proj = nn.Sequential(nn.Linear(config.n_embd, GATE_LOW_RANK, bias=False),
+                                         nn.Linear(GATE_LOW_RANK, Hkv * D, bias=True))
         # Linear attention's output has no softmax bounding its scale; the per-head
         # RMSNorm (weights shared by the heads, as in flash-linear-attention) restores it.
         self.o_norm = nn.RMSNorm(D, eps=1e-5)

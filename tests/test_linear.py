@@ -17,13 +17,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import (assert_sampling_same_with_and_without_cache, decode_in_chunks, set_attn_impl, tiny_model_kwargs,
-                     train_args)
 from attention.linear import GATE_NORMALIZER
+from helpers import (
+    assert_sampling_same_with_and_without_cache,
+    decode_in_chunks,
+    set_attn_impl,
+    tiny_model_kwargs,
+    train_args,
+)
 from kernels import gla_reference
 from kernels.gla_reference import chunk_gla, naive_recurrent_gla, recurrent_gla_step
 from model import GPT, GPTConfig
-
 
 # ---------------------------------------------------------------- the three forms
 
@@ -60,8 +64,10 @@ def stepped(q, k, v, g, scale, s0):
 
 
 FORMS = {  # chunk_subchunked: chunk_gla forced onto its sub-chunked path (see the test)
-    "chunk": lambda C: lambda *a: chunk_gla(*a[:4], scale=a[4], initial_state=a[5], output_final_state=True, chunk_size=C),
-    "chunk_subchunked": lambda C: lambda *a: chunk_gla(*a[:4], scale=a[4], initial_state=a[5], output_final_state=True, chunk_size=C),
+    "chunk": lambda C: lambda *a: chunk_gla(*a[:4], scale=a[4], initial_state=a[5], output_final_state=True,
+                                            chunk_size=C),
+    "chunk_subchunked": lambda C: lambda *a: chunk_gla(*a[:4], scale=a[4], initial_state=a[5],
+                                                       output_final_state=True, chunk_size=C),
     "recurrent": lambda C: stepped,
     "naive": lambda C: lambda *a: naive_recurrent_gla(*a[:4], scale=a[4], initial_state=a[5], output_final_state=True),
 }
@@ -69,7 +75,8 @@ FORMS = {  # chunk_subchunked: chunk_gla forced onto its sub-chunked path (see t
 
 def make_inputs(B, H, Hkv, T, Dk, Dv, gate, with_state, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    rnd = lambda *s: torch.randn(*s, generator=gen)
+    def rnd(*s):
+        return torch.randn(*s, generator=gen)
     q, k, v = rnd(B, H, T, Dk), rnd(B, Hkv, T, Dk), rnd(B, Hkv, T, Dv)
     if gate == "moderate":   # decays spread over (0, 1): every term of the sums matters
         g = F.logsigmoid(rnd(B, Hkv, T, Dk) * 2 + 2)
