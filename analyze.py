@@ -349,7 +349,6 @@ def main(argv=None):
         os.makedirs(out, exist_ok=True)
     except OSError as e:
         fail(f"cannot create --out {out} ({e.strerror}); pick a writable folder")
-    torch.set_grad_enabled(False)
     result = analyze(model, val, length, args.windows)
     result["checkpoint"] = run_checkpoint_path(args.run_dir, args.ckpt)
     n_layer = model.config.n_layer
