@@ -108,7 +108,8 @@ def main():
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="--key=value",
                     help="override applied to every config, e.g. --set=--block_size=512")
     args = ap.parse_args()
-    configs = args.configs or sorted(p for p in glob.glob("config/*.py") if "base" not in p and "gpt2" not in p)
+    not_variants = ("base", "gpt2", "finetune", "uptrain")   # bases, GPT-2-sized and pretrained runs
+    configs = args.configs or sorted(p for p in glob.glob("config/*.py") if not any(w in p for w in not_variants))
     for p in configs:
         if not os.path.isfile(p):
             fail(f"config file {p} not found")

@@ -11,11 +11,11 @@ import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from attention import VARIANTS, build_attention, variant_class
-from attention.dispatch import ATTN_IMPLS, impl_report
+from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
 from attention.positional import sinusoidal_encoding
 
 POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
@@ -31,10 +31,12 @@ class GPTConfig:
     block_size: int = 1024        # training context length (and the learned-position table size)
     vocab_size: int = 50304       # set from the dataset's meta.json by train.py
     n_layer: int = 12
-    n_head: int = 12              # query heads; head_dim = n_embd // n_head
+    n_head: int = 12              # query heads; head_dim = n_embd // n_head (MLA: see qk_nope_head_dim)
     n_embd: int = 768
     dropout: float = 0.0          # on attention probabilities, residual branches and embeddings
-    bias: bool = False            # biases in Linear and LayerNorm layers
+    bias: bool = False            # biases in Linear and LayerNorm layers (GPT-2: True); MLA: see attention/mla.py
+    gelu_approximate: str = "none"  # MLP activation, F.gelu's `approximate`: none (exact erf) | tanh (GPT-2's)
+    layer_norm_eps: float = 1e-5  # LayerNorm epsilon (PyTorch's default, and GPT-2's)
     attention: str = "mha"        # one of attention.VARIANTS: mha, gqa, mqa, ...
     n_kv_head: int = 0            # KV heads; 0 = what `attention` implies (mha: n_head, mqa: 1)
     pos_encoding: str = "rope"    # rope | alibi | learned | sinusoidal | none
@@ -42,8 +44,12 @@ class GPTConfig:
     attn_impl: str = "auto"       # auto (Triton on CUDA, else SDPA) | triton | sdpa | naive
     # --- MLA (attention/mla.py), DeepSeek-V2 section 2.1 ---
     q_lora_rank: int = 0          # query compression rank; 0 = a full query projection
-    kv_lora_rank: int = 0         # latent KV rank d_c; 0 = 4 * head_dim (the paper's ratio)
-    rope_head_dim: int = -1       # decoupled RoPE dim d_h^R; -1 = head_dim / 2 with rope, else 0
+    kv_lora_rank: int = 0         # latent KV rank d_c; 0 = 4 * qk_nope_head_dim (the paper's ratio)
+    rope_head_dim: int = -1       # decoupled RoPE dim d_h^R; -1 = qk_nope_head_dim / 2 with rope, else 0
+    qk_nope_head_dim: int = 0     # per-head q/k dims without RoPE d_h; 0 = n_embd // n_head (any value frees
+                                  # n_head * d_h from n_embd, e.g. DeepSeek-V2: 5120 wide, 128 heads of 128)
+    v_head_dim: int = 0           # per-head value dims (what c_proj reads, H * v_head_dim); 0 = qk_nope_head_dim
+    mla_latent_norm: bool = True  # RMSNorm on the latent c_kv (DeepSeek-V2); off in conversions from MHA
     mla_decode: str = "absorbed"  # absorbed (cache only the latent) | expanded (cache per-head K/V)
     # --- BigBird block-sparse (attention/sparse.py) ---
     sparse_block: int = 16        # tokens per block
@@ -72,7 +78,15 @@ class GPTConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
-        if self.n_embd % self.n_head:
+        if self.gelu_approximate not in ("none", "tanh"):
+            raise ValueError(f"unknown gelu_approximate={self.gelu_approximate!r}; choose none or tanh")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
+        if self.attention != "mla" and (self.qk_nope_head_dim or self.v_head_dim):
+            raise ValueError("qk_nope_head_dim and v_head_dim are MLA keys; leave them 0 with "
+                             f"attention={self.attention} (its head dim is n_embd // n_head)")
+        free_head_dims = self.attention == "mla" and self.qk_nope_head_dim > 0
+        if self.n_embd % self.n_head and not free_head_dims:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if self.pos_encoding == "rope" and self.attention != "mla" and (self.n_embd // self.n_head) % 2:
             raise ValueError(f"RoPE needs an even head dim, got {self.n_embd // self.n_head}; change n_embd or n_head")
@@ -98,17 +112,18 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.gelu_approximate = config.gelu_approximate
 
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.gelu_approximate)))
 
 
 class Block(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.attn = build_attention(config, layer_idx)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.mlp = MLP(config)
 
     def forward(self, x, pos, cache=None):
@@ -124,7 +139,7 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == "learned" else None
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
         self.apply(self._init_weights)
@@ -132,6 +147,14 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @classmethod
+    def from_pretrained(cls, name_or_dir, **overrides):
+        """GPT-2's weights: a hub name (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a folder with its
+        config.json and model.safetensors; overrides such as attention="gqa", n_kv_head=4 or
+        attention="mla", kv_lora_rank=256 convert its attention (pretrained.py). ValueError, one line."""
+        from pretrained import load_gpt2
+        return load_gpt2(name_or_dir, **overrides)
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):
@@ -147,9 +170,12 @@ class GPT(nn.Module):
     # ---- which attention implementation runs (decided in attention/dispatch.py) ----
     def to(self, *args, **kwargs):
         """nn.Module.to, then every layer decides what runs on the new device, once: forward
-        passes (compiled ones too) only look the choice up."""
+        passes (compiled ones too) only look the choice up. Where attn_impl cannot run at all
+        (triton off CUDA without the interpreter) the choice waits for the first forward, so that
+        scripts can refuse first in one line (check_impl_runs_on)."""
         super().to(*args, **kwargs)
-        if next(self.parameters()).device.type != "meta":
+        device = next(self.parameters()).device
+        if device.type != "meta" and not why_impl_cannot_run(self.config.attn_impl, device):
             self.attn_impl_report()
         return self
 

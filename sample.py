@@ -2,6 +2,8 @@
 
     python sample.py --out_dir=out-shakespeare-char --start="ROMEO:" --max_new_tokens=500
     python sample.py --out_dir=... --temperature=0 --no_cache     # greedy, no cache
+    python sample.py --init_from=gpt2 --start="Hello, I'm a language model,"   # OpenAI's GPT-2 weights
+    python sample.py --init_from=gpt2 --attention=gqa --n_kv_head=4   # ... converted on load (pretrained.py)
 
 Samples stream to stdout, separated by a line of dashes; timing goes to stderr.
 """
@@ -33,6 +35,12 @@ class Parser(argparse.ArgumentParser):
 def parse_args(argv=None):
     ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--out_dir", default="out", help="folder holding best.pt / ckpt.pt")
+    ap.add_argument("--init_from", default="",
+                    help="gpt2 | gpt2-medium | gpt2-large | gpt2-xl | a folder with config.json and "
+                         "model.safetensors: sample GPT-2's weights instead of a run in --out_dir")
+    ap.add_argument("--attention", help="with --init_from: convert GPT-2's MHA to gqa, mqa or mla")
+    ap.add_argument("--n_kv_head", type=int, help="with --init_from and --attention=gqa: K/V heads")
+    ap.add_argument("--kv_lora_rank", type=int, help="with --init_from and --attention=mla: latent rank")
     ap.add_argument("--ckpt", default="best", choices=("best", "last"),
                     help="best: best.pt (the best validation loss) when it exists, else ckpt.pt; last: ckpt.pt")
     ap.add_argument("--start", default="\n", help="prompt text, or FILE:path to read it from a file")
@@ -53,13 +61,29 @@ def parse_args(argv=None):
         ap.error("--num_samples and --max_new_tokens must be at least 1")
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_context < 0:
         ap.error("need --temperature >= 0, 0 < --top_p <= 1, --top_k >= 0, --max_context >= 0")
+    if not args.init_from and any(v is not None for v in (args.attention, args.n_kv_head, args.kv_lora_rank)):
+        ap.error("--attention, --n_kv_head and --kv_lora_rank convert pretrained weights; use them with --init_from")
     return args
+
+
+def load_pretrained(args, device):
+    """(GPT-2 model, its tokenizer), converted as the flags ask; ValueError with one line."""
+    from model import GPT
+    check_impl_runs_on(args.attn_impl or "auto", torch.device(device).type)
+    asked = {"attention": args.attention, "n_kv_head": args.n_kv_head, "kv_lora_rank": args.kv_lora_rank,
+             "attn_impl": args.attn_impl}
+    model = GPT.from_pretrained(args.init_from, **{k: v for k, v in asked.items() if v is not None})
+    tokenizer = load_tokenizer({"tokenizer": "tiktoken:gpt2"})
+    if model.config.vocab_size < tokenizer.enc.n_vocab:
+        raise ValueError(f"{args.init_from} has vocab_size={model.config.vocab_size}, fewer than the "
+                         f"{tokenizer.enc.n_vocab} tokens of GPT-2's tokenizer that sample.py uses")
+    return model.eval().to(device), tokenizer
 
 
 def main(argv=None):
     args = parse_args(argv)
     ckpt_path = run_checkpoint_path(args.out_dir, args.ckpt)
-    if not os.path.exists(ckpt_path):
+    if not args.init_from and not os.path.exists(ckpt_path):
         fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -75,14 +99,17 @@ def main(argv=None):
         fail("the prompt is empty; pass --start with at least one token")
 
     try:  # every problem with the checkpoint, the prompt or the flags: one line, before any work
-        overrides = {"attn_impl": args.attn_impl} if args.attn_impl else {}
-        ckpt = load_checkpoint(ckpt_path, device)
-        config = model_config_from_checkpoint(ckpt, ckpt_path, **overrides)
-        check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
-        model = model_from_checkpoint(ckpt, config, ckpt_path, device)
-        if "meta" not in ckpt:
-            raise CheckpointError(f"{ckpt_path} lacks meta (the tokenizer); it was not written by train.py")
-        tokenizer = load_tokenizer(ckpt["meta"])
+        if args.init_from:
+            model, tokenizer = load_pretrained(args, device)
+        else:
+            overrides = {"attn_impl": args.attn_impl} if args.attn_impl else {}
+            ckpt = load_checkpoint(ckpt_path, device)
+            config = model_config_from_checkpoint(ckpt, ckpt_path, **overrides)
+            check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+            model = model_from_checkpoint(ckpt, config, ckpt_path, device)
+            if "meta" not in ckpt:
+                raise CheckpointError(f"{ckpt_path} lacks meta (the tokenizer); it was not written by train.py")
+            tokenizer = load_tokenizer(ckpt["meta"])
         prompt = tokenizer.encode(start)
     except (TokenizerError, ValueError) as e:  # CheckpointError is a ValueError
         fail(str(e))

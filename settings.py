@@ -26,7 +26,8 @@ class TrainConfig:
     eval_iters: int = 200         # batches per split per evaluation
     eval_only: bool = False       # evaluate the checkpoint once and stop (needs init_from=resume)
     always_save_checkpoint: bool = True  # False: write ckpt.pt only when val loss improves (nanoGPT's key)
-    init_from: str = "scratch"    # scratch | resume (from out_dir/ckpt.pt)
+    init_from: str = "scratch"    # scratch | resume (from out_dir/ckpt.pt) | gpt2 | gpt2-medium | gpt2-large |
+                                  # gpt2-xl | a folder with GPT-2's config.json + model.safetensors
     # wandb
     wandb_log: bool = False
     wandb_project: str = "which-attention"
@@ -93,10 +94,12 @@ def check_train_values(tc: TrainConfig):
         raise ConfigError(f"strategy={tc.strategy!r}; choose ddp or fsdp")
     if tc.dtype not in ("auto", "float32", "bfloat16", "float16"):
         raise ConfigError(f"dtype={tc.dtype!r}; choose auto, float32, bfloat16 or float16")
-    if tc.init_from not in ("scratch", "resume"):
-        raise ConfigError(f"init_from={tc.init_from!r}; choose scratch or resume")
+    if tc.init_from not in ("scratch", "resume", *PRETRAINED) and not os.path.isdir(tc.init_from):
+        raise ConfigError(f"init_from={tc.init_from!r}; choose scratch, resume, {', '.join(PRETRAINED)} or a folder "
+                          "holding a GPT-2 config.json and model.safetensors")
     if tc.eval_only and tc.init_from == "scratch":
-        raise ConfigError("eval_only=True evaluates a trained model: add --init_from=resume (reads out_dir/ckpt.pt)")
+        raise ConfigError("eval_only=True evaluates a trained model: add --init_from=resume (reads out_dir/ckpt.pt) "
+                          "or a pretrained init_from such as gpt2")
 
 
 def resolve_device(name: str) -> str:

@@ -27,6 +27,7 @@ from batches import Batches, check_token_files
 from checkpoint import CheckpointError, load_checkpoint, model_config_from_checkpoint, remove_stale_tmp, save_atomic
 from configurator import ConfigError, fail
 from model import GPT, GPTConfig
+from pretrained import OVERRIDABLE, overrides_from_keys, pretrained_config
 from runfiles import (
     BadStepWatch,
     NonFinite,
@@ -74,6 +75,11 @@ def load_settings(argv):
     checkpoint = None
     if tc.init_from == "resume":
         checkpoint, gptconf = read_resume_checkpoint(tc, gptconf, explicit)
+    elif tc.init_from != "scratch":  # GPT-2 weights: the (converted) config from its config.json, weights later
+        gptconf = pretrained_config(tc.init_from, **overrides_from_keys(cfg, explicit))
+        if gptconf.vocab_size != meta["vocab_size"]:
+            raise ConfigError(f"init_from={tc.init_from} has vocab_size={gptconf.vocab_size} but dataset "
+                              f"{tc.dataset!r} has {meta['vocab_size']}; use a GPT-2 BPE dataset such as shakespeare")
     check_token_files(os.path.join(tc.data_dir, tc.dataset), meta, gptconf.block_size)
     try:
         os.makedirs(tc.out_dir, exist_ok=True)
@@ -134,7 +140,10 @@ def build_model(tc, gptconf, dist, checkpoint, ptdtype):
     """-> (model as called in the loop (compiled / DDP-wrapped), the raw GPT, optimizer, scaler)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
     torch.manual_seed(tc.seed)  # the same initial weights on every rank (FSDP shards them as they are)
-    raw = GPT(gptconf).to(dist.device)
+    if tc.init_from in ("scratch", "resume"):
+        raw = GPT(gptconf).to(dist.device)
+    else:  # the same conversion load_settings checked, now with the weights
+        raw = GPT.from_pretrained(tc.init_from, **{k: getattr(gptconf, k) for k in OVERRIDABLE}).to(dist.device)
     raw.n_params = raw.num_params()  # before sharding: counts whole tensors
     if dist.strategy == "fsdp":
         shard_model(raw, ptdtype)

@@ -74,8 +74,13 @@ def impl_report(per_layer: list) -> dict:
             "why": "; ".join(reasons) or None}
 
 
+def why_impl_cannot_run(impl: str, device) -> str | None:
+    """Why attn_impl=triton cannot run on `device` at all (no case of any layer), or None."""
+    return why_unavailable(device) if impl == "triton" else None
+
+
 def check_impl_runs_on(impl: str, device_type: str):
     """One-line ValueError, before any work, when attn_impl=triton cannot run on this device."""
-    why_not = why_unavailable(device_type) if impl == "triton" else None
+    why_not = why_impl_cannot_run(impl, device_type)
     if why_not:
         raise ValueError(f"attn_impl=triton cannot run on {device_type}: {why_not}; or use attn_impl=sdpa")

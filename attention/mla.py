@@ -4,19 +4,21 @@ Keys and values come from one small latent per token, c_kv (d_c = kv_lora_rank),
 RoPE key k_rope (d_r = rope_head_dim) shared by all heads. Decoding caches only those
 d_c + d_r numbers per token per layer, instead of MHA's 2 * n_head * d_h.
 
-Paper name -> module here (H heads, d_h = n_embd / H, C = n_embd):
+Paper name -> module here (H heads, C = n_embd, d_h = qk_nope_head_dim and d_v = v_head_dim,
+both n_embd / H unless set: DeepSeek-V2 itself has C = 5120, H = 128, d_h = d_v = 128,
+d_c = 512, d_r = 64, q_lora_rank = 1536, so H * d_h != C and d_h + d_r != d_v):
 
     queries   W_DQ -> q_down (C -> q_lora_rank), q_norm (RMSNorm), then W_UQ and W_QR together
               -> q_up (q_lora_rank -> H*(d_h+d_r)); with q_lora_rank = 0, one q_proj (C -> H*(d_h+d_r))
     keys/vals W_DKV and W_KR together -> kv_down (C -> d_c + d_r), kv_norm (RMSNorm on c_kv),
-              W_UK -> k_up (d_c -> H*d_h), W_UV -> v_up (d_c -> H*d_h), W_O -> c_proj
+              W_UK -> k_up (d_c -> H*d_h), W_UV -> v_up (d_c -> H*d_v), W_O -> c_proj (H*d_v -> C)
 
           x (B,T,C)
           |--- q_proj / q_down,q_norm,q_up --> per head [ q_nope (d_h) | q_rope (d_r) ]  (RoPE on q_rope)
           '--- kv_down --> [ c_kv (d_c) | k_rope (d_r) ]    c_kv -> kv_norm, k_rope -> RoPE
                               |              '-- one per token, shared by every head
                               +-- k_up --> k_nope_h (d_h)
-                              '-- v_up --> v_h      (d_h)
+                              '-- v_up --> v_h      (d_v)
 
     score_h(i, j) = (q_nope_h,i . k_nope_h,j + q_rope_h,i . k_rope_j) / sqrt(d_h + d_r)
 
@@ -24,7 +26,7 @@ Two ways to compute the same thing:
 
   expanded (training; decoding with mla_decode="expanded"): per-head keys and values,
       q = [q_nope | q_rope] (B,H,T,d_h+d_r)   k = [k_nope | k_rope, broadcast] (B,H,T,d_h+d_r)
-      v (B,H,T,d_h); a decoding cache (KVCache) then holds H*(2*d_h + d_r) per token.
+      v (B,H,T,d_v); a decoding cache (KVCache) then holds H*(d_h + d_r + d_v) per token.
 
   absorbed (decoding with mla_decode="absorbed", the default): W_UK moves into the query and
       W_UV into the output, so attention runs on the cached latent itself:
@@ -35,15 +37,21 @@ Two ways to compute the same thing:
           v' = c_kv (B,1,Tk,d_c)                   scale stays 1/sqrt(d_h + d_r)
       and the cache (LatentCache) holds only c_kv and k_rope: d_c + d_r per token.
 
-k_up and v_up have no bias (as in DeepSeek-V2), so absorbing them is a plain matrix
-product. Position encodings: rope uses the decoupled RoPE key; alibi, learned and none
+Biases (bias=True) follow DeepSeek-V2's attention_bias: on the projections that read x
+(q_down, kv_down) and on c_proj; the up-projections q_up, k_up and v_up have none, so
+absorbing k_up and v_up is a plain matrix product. One deviation: with q_lora_rank = 0 the
+full q_proj, which reads x, has a bias too (DeepSeek-V2's has none), so that a converted
+MHA model (model.from_pretrained) keeps its query bias. mla_latent_norm=False drops the
+RMSNorm on c_kv (a per-token rescaling of K and V that an MHA source does not have).
+Position encodings: rope uses the decoupled RoPE key; alibi, learned and none
 use rope_head_dim = 0 (ALiBi's bias depends only on positions, so absorption leaves it
 alone).
 """
 import math
 
 import torch
-import torch.nn as nn
+import torch.nn.functional as F
+from torch import nn
 
 from attention.base import Attention, attend
 from attention.cache import KVCache, LatentCache
@@ -56,8 +64,16 @@ class MultiHeadLatentAttention(Attention):
     @classmethod
     def check_config(cls, config):
         """Validate the MLA keys (one-line ValueError) and fill their defaults in place:
-        kv_lora_rank 0 -> 4*d_h, rope_head_dim -1 -> d_h/2 with rope (else 0), the paper's ratios."""
-        d_h = config.n_embd // config.n_head
+        qk_nope_head_dim 0 -> n_embd/n_head, v_head_dim 0 -> qk_nope_head_dim, kv_lora_rank 0 -> 4*d_h,
+        rope_head_dim -1 -> d_h/2 with rope (else 0), the paper's ratios."""
+        for name in ("qk_nope_head_dim", "v_head_dim"):
+            if getattr(config, name) < 0:
+                raise ValueError(f"{name}={getattr(config, name)} must be >= 0 (0 = n_embd // n_head)")
+        if config.qk_nope_head_dim == 0:
+            config.qk_nope_head_dim = config.n_embd // config.n_head
+        if config.v_head_dim == 0:
+            config.v_head_dim = config.qk_nope_head_dim
+        d_h = config.qk_nope_head_dim
         if config.n_kv_head != config.n_head:
             raise ValueError(f"attention=mla has no KV heads to share (got n_kv_head={config.n_kv_head}); "
                              f"leave n_kv_head unset")
@@ -86,20 +102,24 @@ class MultiHeadLatentAttention(Attention):
     def __init__(self, config, layer_idx: int):
         super().__init__()
         C, H = config.n_embd, config.n_head
-        self.n_head, self.head_dim = H, C // H
+        self.n_head = H
+        self.qk_nope_head_dim, self.v_head_dim = config.qk_nope_head_dim, config.v_head_dim
+        self.head_dim = self.v_head_dim   # what c_proj reads per head (setup_output_and_positions)
         self.kv_lora_rank, self.rope_head_dim = config.kv_lora_rank, config.rope_head_dim
         self.q_lora_rank, self.mla_decode = config.q_lora_rank, config.mla_decode
-        d_h, d_c, d_r = self.head_dim, self.kv_lora_rank, self.rope_head_dim
+        d_h, d_v, d_c, d_r = self.qk_nope_head_dim, self.v_head_dim, self.kv_lora_rank, self.rope_head_dim
+        # Biases as DeepSeek-V2's attention_bias: on the projections that read x and on the output,
+        # never on the up-projections (so absorbing k_up/v_up stays a plain matrix product).
         if self.q_lora_rank > 0:
             self.q_down = nn.Linear(C, self.q_lora_rank, bias=config.bias)
             self.q_norm = nn.RMSNorm(self.q_lora_rank, eps=NORM_EPS)
-            self.q_up = nn.Linear(self.q_lora_rank, H * (d_h + d_r), bias=config.bias)
+            self.q_up = nn.Linear(self.q_lora_rank, H * (d_h + d_r), bias=False)
         else:
             self.q_proj = nn.Linear(C, H * (d_h + d_r), bias=config.bias)
         self.kv_down = nn.Linear(C, d_c + d_r, bias=config.bias)
-        self.kv_norm = nn.RMSNorm(d_c, eps=NORM_EPS)
+        self.kv_norm = nn.RMSNorm(d_c, eps=NORM_EPS) if config.mla_latent_norm else nn.Identity()
         self.k_up = nn.Linear(d_c, H * d_h, bias=False)
-        self.v_up = nn.Linear(d_c, H * d_h, bias=False)
+        self.v_up = nn.Linear(d_c, H * d_v, bias=False)
         self.setup_output_and_positions(config)
         # The paper's scale: the score is a dot product over d_h + d_r dims, whichever form computes it.
         self.scale = 1.0 / math.sqrt(d_h + d_r)
@@ -109,8 +129,8 @@ class MultiHeadLatentAttention(Attention):
         """x (B,T,C) -> q_nope (B,H,T,d_h), q_rope (B,H,T,d_r) with RoPE applied."""
         B, T, _ = x.shape
         q = self.q_up(self.q_norm(self.q_down(x))) if self.q_lora_rank > 0 else self.q_proj(x)
-        q = q.view(B, T, self.n_head, self.head_dim + self.rope_head_dim).transpose(1, 2)
-        q_nope, q_rope = q.split([self.head_dim, self.rope_head_dim], dim=-1)
+        q = q.view(B, T, self.n_head, self.qk_nope_head_dim + self.rope_head_dim).transpose(1, 2)
+        q_nope, q_rope = q.split([self.qk_nope_head_dim, self.rope_head_dim], dim=-1)
         q_rope, = self.rope(pos, q_rope)
         return q_nope, q_rope
 
@@ -124,8 +144,9 @@ class MultiHeadLatentAttention(Attention):
     def kernel_cases(self) -> dict:
         """The expanded form attends over d_h + d_r dims, the absorbed one over d_c + d_r (288 at the
         paper's ratios with d_h = 64: past the flash kernel's head dims, so PyTorch runs it)."""
-        d_h, d_c, d_r, p = self.head_dim, self.kv_lora_rank, self.rope_head_dim, self.dropout
-        cases = {"forward": ("kernels.flash_attn", dict(head_dim_qk=d_h + d_r, head_dim_v=d_h, dropout=p))}
+        d_h, d_v, d_c, d_r = self.qk_nope_head_dim, self.v_head_dim, self.kv_lora_rank, self.rope_head_dim
+        p = self.dropout
+        cases = {"forward": ("kernels.flash_attn", dict(head_dim_qk=d_h + d_r, head_dim_v=d_v, dropout=p))}
         if self.mla_decode == "absorbed":
             cases["absorbed"] = ("kernels.flash_attn", dict(head_dim_qk=d_c + d_r, head_dim_v=d_c, dropout=p))
         return cases
@@ -140,34 +161,44 @@ class MultiHeadLatentAttention(Attention):
         return self.output(y)
 
     def _expanded(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
-        """Per-head keys and values (training, and decoding with a KVCache). Returns (B,H,T,d_h)."""
+        """Per-head keys and values (training, and decoding with a KVCache). Returns (B,H,T,d_v)."""
         B, H, T, d_h = q_nope.shape
         k_nope = self.k_up(c_kv).view(B, T, H, d_h).transpose(1, 2)      # (B,H,T,d_h)
-        v = self.v_up(c_kv).view(B, T, H, d_h).transpose(1, 2)           # (B,H,T,d_h)
+        v = self.v_up(c_kv).view(B, T, H, self.v_head_dim).transpose(1, 2)   # (B,H,T,d_v)
         q = torch.cat([q_nope, q_rope], dim=-1)                          # (B,H,T,d_h+d_r)
         k = torch.cat([k_nope, k_rope[:, None].expand(B, H, T, self.rope_head_dim)], dim=-1)
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
-        return attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
-                      dropout_p=self.attn_dropout, impl=self.impl(q.device))
+        impl = self.impl(q.device)
+        d_qk, d_v = q.size(-1), v.size(-1)
+        if impl == "sdpa" and d_qk != d_v and q.size(2) > 1:
+            # PyTorch's fused SDPA kernels need one head dim for q, k and v; with d_h + d_r != d_v it
+            # falls back to its unfused math (~5x slower training on CPU at T = 1k). Zero columns on
+            # the narrower side change no score (the scale is explicit) and no kept output column.
+            # (Not for one-token decoding steps: padding would copy the whole cache each step.)
+            width = max(d_qk, d_v)
+            q, k, v = (t if t.size(-1) == width else F.pad(t, (0, width - t.size(-1))) for t in (q, k, v))
+        y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, scale=self.scale,
+                   dropout_p=self.attn_dropout, impl=impl)
+        return y[..., :d_v]
 
     def _absorbed(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
-        """Attention on the cached latent (LatentCache). Returns (B,H,T,d_h).
+        """Attention on the cached latent (LatentCache). Returns (B,H,T,d_v).
 
             cache rows        [ c_kv (d_c) | k_rope (d_r) ]  one row per token, one buffer
             q' = [ q_nope_h W_UK_h | q_rope_h ]     (B, H, T,  d_c + d_r)
             k' = the cache rows                     (B, 1, Tk, d_c + d_r)   one "KV head" for all H
             v' = their c_kv part                    (B, 1, Tk, d_c)
-            attend -> a_h (B,H,T,d_c) = sum_j p_hj c_j  -> out_h = W_UV_h a_h (B,H,T,d_h)
+            attend -> a_h (B,H,T,d_c) = sum_j p_hj c_j  -> out_h = W_UV_h a_h (B,H,T,d_v)
 
         Speed note: on CPU at batch 1 this form does ~(d_c + d_r)/(d_h + d_r) times the
         multiply-adds of the expanded one per cached token, so it saves memory, not time;
         see scripts/bench_mla.py.
         """
-        H, d_h, d_c = self.n_head, self.head_dim, self.kv_lora_rank
-        w_uk = self.k_up.weight.view(H, d_h, d_c)                        # rows of head h: W_UK_h (d_h, d_c)
-        w_uv = self.v_up.weight.view(H, d_h, d_c)
+        H, d_c = self.n_head, self.kv_lora_rank
+        w_uk = self.k_up.weight.view(H, self.qk_nope_head_dim, d_c)      # rows of head h: W_UK_h (d_h, d_c)
+        w_uv = self.v_up.weight.view(H, self.v_head_dim, d_c)
         q = torch.cat([torch.einsum("bhtd,hdc->bhtc", q_nope, w_uk), q_rope], dim=-1)   # (B,H,T,d_c+d_r)
         latent, k_pos = cache.update(torch.cat([c_kv, k_rope], dim=-1))  # (B,Tk,d_c+d_r), (Tk,)
         k, v = latent[:, None], latent[:, None, :, :d_c]                 # views of the cache, no copy
@@ -181,14 +212,14 @@ class MultiHeadLatentAttention(Attention):
             # One buffer of [c_kv | k_rope] rows (still d_c + d_r per token): the key k' of
             # `_absorbed` is then a view of the cache instead of a concatenation every step.
             return LatentCache(batch_size, max_len, self.kv_lora_rank + self.rope_head_dim, device, dtype)
-        return KVCache(batch_size, self.n_head, max_len, self.head_dim + self.rope_head_dim, self.head_dim,
-                       device, dtype)
+        return KVCache(batch_size, self.n_head, max_len, self.qk_nope_head_dim + self.rope_head_dim,
+                       self.v_head_dim, device, dtype)
 
     def attn_flops_per_token(self, seq_len: int) -> float:
-        """Training runs the expanded form: q.k over d_h + d_r, p.v over d_h."""
-        return 3 * 2 * self.n_head * (2 * self.head_dim + self.rope_head_dim) * seq_len
+        """Training runs the expanded form: q.k over d_h + d_r, p.v over d_v."""
+        return 3 * 2 * self.n_head * (self.qk_nope_head_dim + self.rope_head_dim + self.v_head_dim) * seq_len
 
     def cache_elems_per_token(self) -> int:
         if self.mla_decode == "absorbed":
             return self.kv_lora_rank + self.rope_head_dim
-        return self.n_head * (2 * self.head_dim + self.rope_head_dim)
+        return self.n_head * (self.qk_nope_head_dim + self.rope_head_dim + self.v_head_dim)

@@ -128,7 +128,8 @@ class BlockSparseAttention(QKVAttention):
             raise ValueError(f"sparse_block={b} must be a power of two no larger than block_size={config.block_size}")
         n = n_blocks_for(config)
         if config.sparse_window < 1:
-            raise ValueError(f"sparse_window={config.sparse_window} must be at least 1 (it includes the diagonal block)")
+            raise ValueError(f"sparse_window={config.sparse_window} must be at least 1 "
+                             "(it includes the diagonal block)")
         if not 0 <= config.sparse_global <= n:
             raise ValueError(f"sparse_global={config.sparse_global} must be between 0 and the {n} blocks of block_size")
         if not 0 <= config.sparse_random <= n - 1:

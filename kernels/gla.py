@@ -135,23 +135,48 @@ def _block_decay(BC, start, offs_k, T, DK: tl.constexpr):
 
 
 @triton.jit
-def _diag_scores(q, K, BC, start, offs_k, stride_kt, stride_kd, T, DK: tl.constexpr,
-                 USE_G: tl.constexpr, DIAG_LOOP: tl.constexpr, DOT_PREC: tl.constexpr):
-    """[SUB_i, SUB_j]: sum_d q_id k_jd exp(b_id - b_jd) for j <= i (above the diagonal 0 with decay,
-    q.k without: callers mask); q [SUB, BK] the scaled queries of the block's rows."""
+def _diag_scores(Q, K, BC, start, stride_qt, stride_qd, stride_kt, stride_kd, T, scale, DK: tl.constexpr,
+                 BK: tl.constexpr, USE_G: tl.constexpr, DIAG_LOOP: tl.constexpr, DOT_PREC: tl.constexpr):
+    """[SUB_i, SUB_j]: the diagonal block's scores, sum_d scale q_id k_jd exp(b_id - b_jd) for j <= i, else 0."""
     sub = tl.arange(0, _SUB)
-    if USE_G and DIAG_LOOP:  # column by column
-        b = _block_decay(BC, start, offs_k, T, DK)
-        a = tl.zeros([_SUB, _SUB], tl.float32)
-        for j in range(0, _SUB):
-            k_j = _row(K, start + j, offs_k, stride_kt, stride_kd, T, DK)  # [BK]
-            a += tl.where(sub[None, :] == j,
-                          tl.sum(q * k_j[None, :] * _column_decay(b, BC, start, j, offs_k, T, DK), 1)[:, None], 0.0)
-    elif USE_G:
-        k = _tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK)
-        a = tl.sum(q[:, None, :] * k[None, :, :] * _pair_decay(_block_decay(BC, start, offs_k, T, DK)), 2)
-    else:
-        a = tl.dot(q, tl.trans(_tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK)), input_precision=DOT_PREC)
+    a = tl.zeros([_SUB, _SUB], tl.float32)
+    for kb in range(0, DK, BK):
+        offs_k = kb + tl.arange(0, BK)
+        q = _tile(Q, start + sub, offs_k, stride_qt, stride_qd, T, DK) * scale  # [SUB, BK]
+        if USE_G and DIAG_LOOP:  # column by column
+            b = _block_decay(BC, start, offs_k, T, DK)
+            for j in range(0, _SUB):
+                k_j = _row(K, start + j, offs_k, stride_kt, stride_kd, T, DK)  # [BK]
+                a += tl.where(sub[None, :] == j,
+                              tl.sum(q * k_j[None, :] * _column_decay(b, BC, start, j, offs_k, T, DK), 1)[:, None],
+                              0.0)
+        elif USE_G:
+            k = _tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK)
+            a += tl.sum(q[:, None, :] * k[None, :, :] * _pair_decay(_block_decay(BC, start, offs_k, T, DK)), 2)
+        else:
+            a += tl.dot(q, tl.trans(_tile(K, start + sub, offs_k, stride_kt, stride_kd, T, DK)),
+                        input_precision=DOT_PREC)
+    return tl.where(sub[:, None] >= sub[None, :], a, 0.0)  # (with decay a no-op; else the causal mask)
+
+
+@triton.jit
+def _offdiag_scores(Q, K, BC, q_start, k_start, stride_qt, stride_qd, stride_kt, stride_kd, T, scale,
+                    DK: tl.constexpr, BK: tl.constexpr, USE_G: tl.constexpr, DOT_PREC: tl.constexpr):
+    """[SUB_i, SUB_j]: scores of the queries at q_start against the keys of an earlier sub-chunk of the
+    same chunk at k_start, the decay factored through r = b at q_start: (scale q_i * exp(b_i - r)) .
+    (k_j * exp(r - b_j)), both exponents <= 0."""
+    offs_i = q_start + tl.arange(0, _SUB)
+    offs_j = k_start + tl.arange(0, _SUB)
+    a = tl.zeros([_SUB, _SUB], tl.float32)
+    for kb in range(0, DK, BK):
+        offs_k = kb + tl.arange(0, BK)
+        q = _tile(Q, offs_i, offs_k, stride_qt, stride_qd, T, DK) * scale  # [SUB, BK]
+        k = _tile(K, offs_j, offs_k, stride_kt, stride_kd, T, DK)
+        if USE_G:
+            r = _row(BC, q_start, offs_k, DK, 1, T, DK)  # [BK]
+            q = q * tl.exp(_tile(BC, tl.minimum(offs_i, T - 1), offs_k, DK, 1, T, DK) - r[None, :])
+            k = k * tl.exp(r[None, :] - _tile(BC, offs_j, offs_k, DK, 1, T, DK))  # keys before q_start < T
+        a += tl.dot(q, tl.trans(k), input_precision=DOT_PREC)
     return a
 
 
@@ -295,27 +320,13 @@ def _fwd_output_kernel(Q, K, V, BC, HS, O, stride_qb, stride_qh, stride_qt, stri
         s_n = tl.load(HS + offs_k[:, None] * DV + offs_v[None, :],
                       mask=(offs_k[:, None] < DK) & (offs_v[None, :] < DV), other=0.0)  # [BK, BV]
         acc += tl.dot(q, s_n, input_precision=DOT_PREC)
-    # earlier sub-chunks of the chunk, factored through r = b at this sub-chunk's first row
+    # the earlier sub-chunks of the chunk, then the diagonal block
     for t0 in range(n * C, start, _SUB):
-        offs_j = t0 + tl.arange(0, _SUB)
-        a = tl.zeros([_SUB, _SUB], tl.float32)
-        for kb in range(0, DK, BK):
-            offs_k = kb + tl.arange(0, BK)
-            q = _tile(Q, offs_i, offs_k, stride_qt, stride_qd, T, DK) * scale
-            k = _tile(K, offs_j, offs_k, stride_kt, stride_kd, T, DK)  # [SUB, BK]
-            if USE_G:
-                r = _row(BC, start, offs_k, DK, 1, T, DK)  # [BK]
-                q = q * tl.exp(_tile(BC, rows_i, offs_k, DK, 1, T, DK) - r[None, :])  # query at or after r
-                k = k * tl.exp(r[None, :] - _tile(BC, offs_j, offs_k, DK, 1, T, DK))  # key before r
-            a += tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # [SUB, SUB]
-        acc += tl.dot(a, _tile(V, offs_j, offs_v, stride_vt, stride_vd, T, DV), input_precision=DOT_PREC)
-    # the diagonal block: exp(b_i - b_j) for j <= i, the exponent -inf (exp 0) above the diagonal
-    a = tl.zeros([_SUB, _SUB], tl.float32)
-    for kb in range(0, DK, BK):
-        offs_k = kb + tl.arange(0, BK)
-        q = _tile(Q, offs_i, offs_k, stride_qt, stride_qd, T, DK) * scale
-        a += _diag_scores(q, K, BC, start, offs_k, stride_kt, stride_kd, T, DK, USE_G, DIAG_LOOP, DOT_PREC)
-    a = tl.where(sub[:, None] >= sub[None, :], a, 0.0)  # (no decay: the causal mask; else a no-op)
+        a = _offdiag_scores(Q, K, BC, start, t0, stride_qt, stride_qd, stride_kt, stride_kd, T, scale,
+                            DK, BK, USE_G, DOT_PREC)
+        acc += tl.dot(a, _tile(V, t0 + sub, offs_v, stride_vt, stride_vd, T, DV), input_precision=DOT_PREC)
+    a = _diag_scores(Q, K, BC, start, stride_qt, stride_qd, stride_kt, stride_kd, T, scale, DK, BK, USE_G, DIAG_LOOP,
+                     DOT_PREC)
     acc += tl.dot(a, _tile(V, offs_i, offs_v, stride_vt, stride_vd, T, DV), input_precision=DOT_PREC)
     tl.store(O + b * stride_ob + h.to(tl.int64) * stride_oh + offs_i[:, None] * stride_ot + offs_v[None, :] * stride_od,
              acc.to(O.dtype.element_ty), mask=(offs_i[:, None] < T) & (offs_v[None, :] < DV))
@@ -458,25 +469,13 @@ def _bwd_dkdv_kernel(Q, K, V, DO, BC, DHS, DK_, DV_, stride_qb, stride_qh, strid
         h = (hkv * GROUP + hq).to(tl.int64)
         Qh = Q + b * stride_qb + h * stride_qh
         DOh = DO + b * stride_dob + h * stride_doh
-        for s0 in range(start + _SUB, end, _SUB):  # later sub-chunks, factored through r = b at s0
-            offs_i = s0 + tl.arange(0, _SUB)
-            a = tl.zeros([_SUB, _SUB], tl.float32)
-            for kb in range(0, DK, BK):
-                offs_k = kb + tl.arange(0, BK)
-                q = _tile(Qh, offs_i, offs_k, stride_qt, stride_qd, T, DK) * scale
-                k = _tile(K, offs_j, offs_k, stride_kt, stride_kd, T, DK)
-                if USE_G:
-                    r = _row(BC, s0, offs_k, DK, 1, T, DK)
-                    q = q * tl.exp(_tile(BC, tl.minimum(offs_i, T - 1), offs_k, DK, 1, T, DK) - r[None, :])
-                    k = k * tl.exp(r[None, :] - _tile(BC, rows_j, offs_k, DK, 1, T, DK))  # the key is before r
-                a += tl.dot(q, tl.trans(k), input_precision=DOT_PREC)  # [SUB_i, SUB_j]
-            dv += tl.dot(tl.trans(a), _tile(DOh, offs_i, offs_v, stride_dot, stride_dod, T, DV), input_precision=DOT_PREC)
-        a = tl.zeros([_SUB, _SUB], tl.float32)  # the diagonal block
-        for kb in range(0, DK, BK):
-            offs_k = kb + tl.arange(0, BK)
-            q = _tile(Qh, offs_j, offs_k, stride_qt, stride_qd, T, DK) * scale
-            a += _diag_scores(q, K, BC, start, offs_k, stride_kt, stride_kd, T, DK, USE_G, DIAG_LOOP, DOT_PREC)
-        a = tl.where(causal, a, 0.0)
+        for s0 in range(start + _SUB, end, _SUB):  # the later sub-chunks, then the diagonal block
+            a = _offdiag_scores(Qh, K, BC, s0, start, stride_qt, stride_qd, stride_kt, stride_kd, T, scale,
+                                DK, BK, USE_G, DOT_PREC)  # [SUB_i, SUB_j]
+            dv += tl.dot(tl.trans(a), _tile(DOh, s0 + sub, offs_v, stride_dot, stride_dod, T, DV),
+                         input_precision=DOT_PREC)
+        a = _diag_scores(Qh, K, BC, start, stride_qt, stride_qd, stride_kt, stride_kd, T, scale, DK, BK, USE_G,
+                         DIAG_LOOP, DOT_PREC)
         dv += tl.dot(tl.trans(a), _tile(DOh, offs_j, offs_v, stride_dot, stride_dod, T, DV), input_precision=DOT_PREC)
     tl.store(DV_ + bh * T * DV + offs_j[:, None] * DV + offs_v[None, :], dv,
              mask=(offs_j[:, None] < T) & (offs_v[None, :] < DV))
@@ -508,7 +507,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, BC, DHS, DK_, DV_, stride_qb, stride_qh, strid
                     dk += dk_r * tl.exp(r[None, :] - b_j)
                 else:
                     dk += dk_r
-            da = tl.dot(_tile(DOh, offs_j, offs_v, stride_dot, stride_dod, T, DV), tl.trans(v), input_precision=DOT_PREC)
+            da = tl.dot(_tile(DOh, offs_j, offs_v, stride_dot, stride_dod, T, DV), tl.trans(v),
+                        input_precision=DOT_PREC)
             da = tl.where(causal, da, 0.0)  # the diagonal block
             dk += _diag_dk(da, Qh, BC, start, offs_k, stride_qt, stride_qd, T, scale, DK, BK, USE_G, DIAG_LOOP,
                            DOT_PREC)

@@ -69,8 +69,8 @@ def cache_table(n_head=12, head_dim=64, batch=2, max_len=16):
         cache = attn.init_cache(batch, max_len, "cpu", torch.bfloat16)
         elems = cache.numel() / (batch * max_len)
         base = base or elems
-        rows.append(f"| {name} | {elems:.0f} | {attn.cache_elems_per_token()} | {cache.nbytes() / (batch * max_len):.0f} "
-                    f"| {4 * elems:.0f} | {base / elems:.1f}x |")
+        rows.append(f"| {name} | {elems:.0f} | {attn.cache_elems_per_token()} "
+                    f"| {cache.nbytes() / (batch * max_len):.0f} | {4 * elems:.0f} | {base / elems:.1f}x |")
     detail = (f"n_head={n_head}, d_h={head_dim}; MLA defaults kv_lora_rank=4*d_h={4 * head_dim}, "
               f"rope_head_dim=d_h/2={head_dim // 2}")
     return detail, rows
@@ -92,7 +92,8 @@ def time_decode(model, context, steps, generator):
 def decode_table(args, contexts, steps, repeats):
     names = [n.strip() for n in args.decode_variants.split(",")]
     impls = args.impls.split(",")
-    head = "| variant | attn_impl | cache elems / token (all layers) | " + " | ".join(f"tok/s @ {c}" for c in contexts) + " |"
+    head = ("| variant | attn_impl | cache elems / token (all layers) | "
+            + " | ".join(f"tok/s @ {c}" for c in contexts) + " |")
     rows = [head, "| --- | --- | ---: |" + " ---: |" * len(contexts)]
     g = torch.Generator().manual_seed(0)
     for name in names:

@@ -9,56 +9,85 @@ JITFunction.run with a hook that compiles each launch's specialisation with trit
 sm_90, and prints registers/shared memory per kernel (cuobjdump) and a final problem count.
 No GPU or CUDA driver needed: only Triton's bundled ptxas.
 """
-import os, sys, subprocess, tempfile
+import os
+import subprocess
+import sys
+import tempfile
+
 os.environ.pop("TRITON_INTERPRET", None)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import torch, triton
-from triton.runtime.jit import JITFunction
+import torch
+import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
 import kernels.flash_attn as fa
 import kernels.gla as gla
 
 TARGET = GPUTarget("cuda", 90, 32)
-DT = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.bool: "i1"}
+DT = {
+    torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32",
+    torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8", torch.bool: "i1",
+}
 seen = {}
 results = []
 
 def fake_run(self, *args, grid, warmup, **kwargs):
-    num_warps = kwargs.pop("num_warps", 4); num_stages = kwargs.pop("num_stages", 3)
+    num_warps = kwargs.pop("num_warps", 4)
+    num_stages = kwargs.pop("num_stages", 3)
     names = self.arg_names
     sig, consts, attrs = {}, {}, {}
-    allargs = dict(zip(names, args)); allargs.update(kwargs)
+    allargs = dict(zip(names, args))
+    allargs.update(kwargs)
     for i, n in enumerate(names):
         a = allargs[n]
         if self.params[i].is_constexpr:
-            sig[n] = "constexpr"; consts[n] = a; continue
+            sig[n] = "constexpr"
+            consts[n] = a
+            continue
         if isinstance(a, torch.Tensor):
-            sig[n] = "*" + DT[a.dtype]; attrs[(i,)] = [["tt.divisibility", 16]]
+            sig[n] = "*" + DT[a.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(a, bool):
             sig[n] = "i1"
         elif isinstance(a, int):
             if a == 1:
-                sig[n] = "constexpr"; consts[n] = 1; continue
+                sig[n] = "constexpr"
+                consts[n] = 1
+                continue
             sig[n] = "i32" if abs(a) < 2**31 else "i64"
-            if a % 16 == 0: attrs[(i,)] = [["tt.divisibility", 16]]
+            if a % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(a, float):
             sig[n] = "fp32"
         else:
             raise TypeError((n, type(a)))
-    key = (self.fn.__name__, tuple(sorted(sig.items())), tuple(sorted((k, str(v)) for k, v in consts.items())), tuple(sorted(attrs)), num_warps, num_stages)
+    key = (
+        self.fn.__name__,
+        tuple(sorted(sig.items())),
+        tuple(sorted((k, str(v)) for k, v in consts.items())),
+        tuple(sorted(attrs)),
+        num_warps,
+        num_stages,
+    )
     if key in seen:
         return
     src = ASTSource(self, sig, consts, attrs)
-    tag = f"{self.fn.__name__} w{num_warps} s{num_stages} " + " ".join(f"{k}={v}" for k, v in consts.items() if k.isupper())
+    tag = f"{self.fn.__name__} w{num_warps} s{num_stages} " + " ".join(
+        f"{k}={v}" for k, v in consts.items() if k.isupper()
+    )
     try:
         c = triton.compile(src, target=TARGET, options=dict(num_warps=num_warps, num_stages=num_stages))
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-            f.write(c.asm["cubin"]); path = f.name
-        ru = subprocess.run([os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"), "--dump-resource-usage", path], capture_output=True, text=True).stdout
-        ru = " ".join(l.strip() for l in ru.splitlines() if "REG" in l)
+            f.write(c.asm["cubin"])
+            path = f.name
+        cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+        ru = subprocess.run([cuobjdump, "--dump-resource-usage", path], capture_output=True, text=True).stdout
+        ru = " ".join(line.strip() for line in ru.splitlines() if "REG" in line)
         msg = f"OK   {tag} shared={c.metadata.shared} | {ru}"
-        if c.metadata.shared > 232448: msg = "SMEM " + msg
+        if c.metadata.shared > 232448:
+            msg = "SMEM " + msg
     except Exception as e:
         msg = f"FAIL {tag}: {type(e).__name__}: {str(e)[:2000]}"
     seen[key] = msg
@@ -71,7 +100,9 @@ assert gla.DIAG_LOOP  # the compiled kernels' diagonal path
 
 def go_gla(dtype, B, H, Hkv, T, dk, dv, use_g, chunk=64, h0=True, dht=True):
     """Every GLA kernel (forward and backward) at one shape; outputs are not computed."""
-    q = torch.randn(B, H, T, dk, dtype=dtype); k = torch.randn(B, Hkv, T, dk, dtype=dtype); v = torch.randn(B, Hkv, T, dv, dtype=dtype)
+    q = torch.randn(B, H, T, dk, dtype=dtype)
+    k = torch.randn(B, Hkv, T, dk, dtype=dtype)
+    v = torch.randn(B, Hkv, T, dv, dtype=dtype)
     g = -torch.rand(B, Hkv, T, dk) if use_g else None
     s0 = torch.randn(B, Hkv, dk, dv) if h0 else None
     o, bc, ht = gla._gla_fwd(q, k, v, g, s0, dk ** -0.5, chunk, store_ht=dht)
@@ -91,9 +122,15 @@ def gla_cases(quick=False):
         go_gla(torch.bfloat16, 2, 8, 8, 300, 128, 128, True, chunk=chunk)
 
 def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False, bs=64):
-    q = torch.randn(B, H, Tq, d, dtype=dtype); k = torch.randn(B, Hkv, Tk, d, dtype=dtype); v = torch.randn(B, Hkv, Tk, dv, dtype=dtype)
+    q = torch.randn(B, H, Tq, d, dtype=dtype)
+    k = torch.randn(B, Hkv, Tk, d, dtype=dtype)
+    v = torch.randn(B, Hkv, Tk, dv, dtype=dtype)
     sl = torch.rand(H) if alibi else None
-    lists = fa._layout_lists(torch.ones(H, -(-Tq // bs), -(-Tk // bs), dtype=torch.bool), H, Tq, Tk, bs, causal, "cpu") if layout else None
+    lists = (
+        fa._layout_lists(torch.ones(H, -(-Tq // bs), -(-Tk // bs), dtype=torch.bool), H, Tq, Tk, bs, causal, "cpu")
+        if layout
+        else None
+    )
     o, lse = fa._flash_fwd(q, k, v, causal, 0.125, sl, lists, bs)
     fa._flash_bwd(torch.randn_like(o), q, k, v, o, lse, causal, 0.125, sl, lists, bs)
 

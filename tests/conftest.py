@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 import torch
 
 # Triton reads this at import: without a GPU, kernels run under its interpreter on CPU tensors.

@@ -12,11 +12,18 @@ import sys
 import pytest
 import torch
 
-from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, decode_in_chunks,
-                     tiny_model_kwargs, train_args)
-from attention.cache import KVCache, LatentCache
-from model import GPT, GPTConfig
 import train
+from attention.cache import KVCache, LatentCache
+from helpers import (
+    POS_ENCODINGS,
+    ROOT,
+    assert_sampling_same_with_and_without_cache,
+    decode_in_chunks,
+    set_attn_impl,
+    tiny_model_kwargs,
+    train_args,
+)
+from model import GPT, GPTConfig
 
 # tiny_model_kwargs: n_embd=32, n_head=4 -> d_h = 8; the paper's ratios give d_c = 32, d_r = 4
 
@@ -60,7 +67,8 @@ def reference_mla_layer(attn, x, pos_encoding):
     W_DKV/W_KR as [d_c | d_r] rows of kv_down: only that layout is taken from it.
     """
     B, T, C = x.shape
-    H, d_h, d_c, d_r = attn.n_head, attn.head_dim, attn.kv_lora_rank, attn.rope_head_dim
+    H, d_h, d_c, d_r = attn.n_head, attn.qk_nope_head_dim, attn.kv_lora_rank, attn.rope_head_dim
+    d_v = attn.v_head_dim
     if attn.q_lora_rank:                                   # c_Q = W_DQ h, normalized (eq. 12)
         c_q, w_q = rms_norm(x @ attn.q_down.weight.T, attn.q_norm.weight), attn.q_up.weight
     else:
@@ -69,8 +77,10 @@ def reference_mla_layer(attn, x, pos_encoding):
     W_UQ, W_QR = w_q[:, :d_h], w_q[:, d_h:]                # (H, d_h, .), (H, d_r, .)
     W_DKV, W_KR = attn.kv_down.weight[:d_c], attn.kv_down.weight[d_c:]
     W_UK = attn.k_up.weight.view(H, d_h, d_c)
-    W_UV = attn.v_up.weight.view(H, d_h, d_c)
-    c_kv = rms_norm(x @ W_DKV.T, attn.kv_norm.weight)     # eq. 9 (+ DeepSeek-V2's latent norm)
+    W_UV = attn.v_up.weight.view(H, d_v, d_c)
+    c_kv = x @ W_DKV.T                                     # eq. 9
+    if isinstance(attn.kv_norm, torch.nn.RMSNorm):         # DeepSeek-V2's latent norm (mla_latent_norm)
+        c_kv = rms_norm(c_kv, attn.kv_norm.weight)
     k_r = rope(x @ W_KR.T) if d_r else None                # eq. 15: one RoPE key for all heads
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)
     outs = []
@@ -95,6 +105,9 @@ def reference_mla_layer(attn, x, pos_encoding):
     ("rope", dict(q_lora_rank=12, kv_lora_rank=20, rope_head_dim=6)),
     ("alibi", dict(q_lora_rank=12)),
     ("none", {}),
+    # head dims free of n_embd (H * d_h = 48 != 32) and d_v != d_h; no latent norm
+    ("rope", {"q_lora_rank": 12, "kv_lora_rank": 20, "rope_head_dim": 4, "qk_nope_head_dim": 12, "v_head_dim": 6}),
+    ("none", {"v_head_dim": 10, "mla_latent_norm": False}),
 ])
 def test_training_forward_matches_paper_reference(pos_encoding, kw):
     attn = make_model(pos_encoding, noise=0.2, **kw).h[0].attn
@@ -110,6 +123,8 @@ def test_training_forward_matches_paper_reference(pos_encoding, kw):
 @pytest.mark.parametrize("pos_encoding,kw", [(p, {}) for p in POS_ENCODINGS] + [
     ("rope", dict(q_lora_rank=16, bias=True)),
     ("alibi", dict(kv_lora_rank=12, dropout=0.1)),   # dropout: eval() must switch it off
+    ("rope", {"qk_nope_head_dim": 12, "v_head_dim": 6, "kv_lora_rank": 20, "q_lora_rank": 16, "bias": True}),
+    ("learned", {"v_head_dim": 10, "mla_latent_norm": False, "bias": True}),
 ])
 def test_absorbed_and_expanded_decoding_equal_full_forward(pos_encoding, kw):
     absorbed = make_model(pos_encoding, **kw)
@@ -223,3 +238,104 @@ def test_train_refuses_bad_mla_values_in_one_line(data_root, tmp_path):
     assert r.returncode == 2
     assert "rope_head_dim=5" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "log.jsonl")
+
+
+# ---------------------------------------------------------------- head dims free of n_embd
+
+def test_training_forward_matches_transformers_deepseek_v2_attention():
+    """Hugging Face's DeepseekV2Attention with d_h = 12, d_v = 6, d_r = 4 (H * d_h != n_embd and
+    d_h + d_r != d_v), weights mapped onto ours; its kv_b_proj holds per head [W_UK_h ; W_UV_h]."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as ds
+    H, d_h, d_v, d_r, d_c, d_q = 4, 12, 6, 4, 20, 16
+    attn = make_model("rope", noise=0.2, qk_nope_head_dim=d_h, v_head_dim=d_v, rope_head_dim=d_r,
+                      kv_lora_rank=d_c, q_lora_rank=d_q).h[0].attn
+    cfg = transformers.DeepseekV2Config(hidden_size=32, num_attention_heads=H, num_key_value_heads=H,
+                                        qk_nope_head_dim=d_h, qk_rope_head_dim=d_r, v_head_dim=d_v,
+                                        kv_lora_rank=d_c, q_lora_rank=d_q, attention_bias=False)
+    cfg._attn_implementation = "eager"
+    ref = ds.DeepseekV2Attention(cfg, 0).eval()
+    with torch.no_grad():
+        ref.q_a_proj.weight.copy_(attn.q_down.weight)
+        ref.q_a_layernorm.weight.copy_(attn.q_norm.weight)
+        ref.q_b_proj.weight.copy_(attn.q_up.weight)
+        ref.kv_a_proj_with_mqa.weight.copy_(attn.kv_down.weight)
+        ref.kv_a_layernorm.weight.copy_(attn.kv_norm.weight)
+        ref.kv_b_proj.weight.copy_(torch.cat([attn.k_up.weight.view(H, d_h, d_c),
+                                              attn.v_up.weight.view(H, d_v, d_c)], dim=1).reshape(-1, d_c))
+        ref.o_proj.weight.copy_(attn.c_proj.weight)
+        T = 20
+        x = torch.randn(2, T, 32)
+        freqs = ds.DeepseekV2RotaryEmbedding(cfg)(x, torch.arange(T)[None])
+        causal = torch.full((T, T), float("-inf")).triu(1)[None, None]
+        want, _ = ref(x, attention_mask=causal, position_embeddings=freqs)
+        got = attn(x, torch.arange(T))
+    assert (got - want).abs().max().item() <= 1e-5
+
+
+def deepseek_v2_attention_params(C, H, d_h, d_v, d_r, d_c, d_q):
+    """Parameters of one DeepSeek-V2 attention layer from the paper's matrices (section 2.1, no biases):
+    W_DQ, q norm, W_UQ, W_QR, W_DKV, W_KR, latent norm, W_UK, W_UV, W_O."""
+    return (C * d_q + d_q + d_q * H * d_h + d_q * H * d_r + C * d_c + C * d_r + d_c
+            + d_c * H * d_h + d_c * H * d_v + H * d_v * C)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_deepseek_v2_shapes_build_on_meta(bias):
+    """DeepSeek-V2: 5120 wide, 128 heads of 128 (+ 64 RoPE dims), d_c = 512, q_lora_rank 1536:
+    the cache holds d_c + d_R = 576 per token per layer, and the layer has the paper's parameters
+    (with bias: DeepSeek-V2's attention_bias on W_DQ, W_DKV/W_KR and W_O, counted by transformers)."""
+    shapes = {"C": 5120, "H": 128, "d_h": 128, "d_v": 128, "d_r": 64, "d_c": 512, "d_q": 1536}
+    with torch.device("meta"):
+        model = GPT(GPTConfig(attention="mla", n_layer=1, n_embd=5120, n_head=128, qk_nope_head_dim=128,
+                              v_head_dim=128, rope_head_dim=64, kv_lora_rank=512, q_lora_rank=1536,
+                              vocab_size=100, block_size=64, bias=bias))
+    attn = model.h[0].attn
+    n = sum(p.numel() for p in attn.parameters())
+    want = deepseek_v2_attention_params(**shapes)
+    if bias:
+        want += shapes["d_q"] + shapes["d_c"] + shapes["d_r"] + shapes["C"]
+    assert n == want
+    assert model.cache_elems_per_token() == 576
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2Attention
+    cfg = transformers.DeepseekV2Config(hidden_size=5120, num_attention_heads=128, num_key_value_heads=128,
+                                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                                        kv_lora_rank=512, q_lora_rank=1536, attention_bias=bias)
+    with torch.device("meta"):
+        assert n == sum(p.numel() for p in DeepseekV2Attention(cfg, 0).parameters())
+
+
+def test_expanded_cache_holds_both_head_dims():
+    model = make_model("rope", mla_decode="expanded", qk_nope_head_dim=12, v_head_dim=6, rope_head_dim=4)
+    caches = model.init_caches(2, 9)
+    assert sum(c.numel() for c in caches) / (2 * 9 * len(caches)) == 4 * (12 + 4 + 6)
+    assert model.cache_elems_per_token() == 4 * (12 + 4 + 6) * len(caches)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"qk_nope_head_dim": -1}, "qk_nope_head_dim=-1 must be >= 0"),
+    ({"attention": "gqa", "n_kv_head": 2, "v_head_dim": 8}, "qk_nope_head_dim and v_head_dim are MLA keys"),
+])
+def test_head_dim_keys_refuse_bad_values(kwargs, words):
+    with pytest.raises(ValueError, match=words) as err:
+        GPTConfig(**tiny_model_kwargs(**{"attention": "mla", **kwargs}))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kw", [{}, {"qk_nope_head_dim": 6, "v_head_dim": 12, "rope_head_dim": 2}])
+def test_sdpa_training_path_equals_naive_attention_with_gradients(kw):
+    """The SDPA path pads q/k or v to one head dim (to stay on PyTorch's fused kernels); outputs and
+    gradients must equal the explicit-softmax path, which attends with the unpadded dims."""
+    model = make_model("rope", dropout=0.0, **kw).train()
+    idx = torch.randint(0, 65, (2, 30))
+    results = []
+    for impl in ("sdpa", "naive"):
+        set_attn_impl(model, impl)
+        model.zero_grad()
+        logits, loss = model(idx, idx)
+        loss.backward()
+        results.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    (got, got_grads), (want, want_grads) = results
+    assert (got - want).abs().max().item() <= 1e-5
+    assert max((a - b).abs().max().item() for a, b in zip(got_grads, want_grads)) <= 1e-5

@@ -5,7 +5,14 @@ import itertools
 import pytest
 import torch
 
-from helpers import ATTENTIONS, POS_ENCODINGS, decode_in_chunks, reference_qkv_attention, set_attn_impl, tiny_model_kwargs
+from helpers import (
+    ATTENTIONS,
+    POS_ENCODINGS,
+    decode_in_chunks,
+    reference_qkv_attention,
+    set_attn_impl,
+    tiny_model_kwargs,
+)
 from model import GPT, GPTConfig
 
 COMBOS = list(itertools.product(ATTENTIONS, POS_ENCODINGS))
@@ -61,7 +68,8 @@ def test_mha_class_with_all_kv_heads_equals_gqa_with_repeated_kv():
         for bg, bm in zip(gqa.h, mha.h):
             Wg = bg.attn.c_attn.weight
             q_w, k_w, v_w = Wg[:H * D], Wg[H * D:(H + Hkv) * D], Wg[(H + Hkv) * D:]
-            rep = lambda w: w.view(Hkv, D, -1).repeat_interleave(H // Hkv, dim=0).reshape(H * D, -1)
+            def rep(w):
+                return w.view(Hkv, D, -1).repeat_interleave(H // Hkv, dim=0).reshape(H * D, -1)
             bm.attn.c_attn.weight.copy_(torch.cat([q_w, rep(k_w), rep(v_w)]))
             for name in ("c_proj", ):
                 getattr(bm.attn, name).weight.copy_(getattr(bg.attn, name).weight)

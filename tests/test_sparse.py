@@ -19,9 +19,16 @@ import sys
 import pytest
 import torch
 
-from helpers import (POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, decode_in_chunks,
-                     reference_qkv_attention, set_attn_impl,
-                     tiny_model_kwargs, train_args)
+from helpers import (
+    POS_ENCODINGS,
+    ROOT,
+    assert_sampling_same_with_and_without_cache,
+    decode_in_chunks,
+    reference_qkv_attention,
+    set_attn_impl,
+    tiny_model_kwargs,
+    train_args,
+)
 from model import GPT, GPTConfig
 
 # block_size 32 in blocks of 4: 8 blocks, each query block sees at most 2 + 1 + 2 of them

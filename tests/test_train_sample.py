@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from helpers import ATTENTIONS, POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, train_args
 import train
+from helpers import ATTENTIONS, POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, train_args
 
 
 def run_script(*args):

@@ -247,7 +247,8 @@ def test_every_gpu_config_within_2x_of_sdpa(d, monkeypatch):
     base = _run(_sdpa, q, k, v, do, causal=True)
     configs = {kind: fa._GPU_CONFIGS[kind][d] for kind in fa._GPU_CONFIGS}
     for i in range(max(map(len, configs.values()))):
-        monkeypatch.setattr(fa, "_candidates", lambda kind, *_, i=i: ([configs[kind][min(i, len(configs[kind]) - 1)]], []))
+        monkeypatch.setattr(fa, "_candidates",
+                            lambda kind, *_, i=i: ([configs[kind][min(i, len(configs[kind]) - 1)]], []))
         fa._CHOSEN.clear()
         ours = _run(flash_attention, q, k, v, do, causal=True)
         for name, j in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):

@@ -29,7 +29,8 @@ cuda_only = pytest.mark.skipif(DEVICE != "cuda", reason="needs CUDA (compiled Tr
 def make_inputs(B, H, Hkv, T, Dk, Dv, gate, with_state, dtype=torch.float32, seed=0):
     """q, k, v, g, initial_state, and the upstream gradients dO, dS_T."""
     gen = torch.Generator().manual_seed(seed)
-    rnd = lambda *s: torch.randn(*s, generator=gen)
+    def rnd(*s):
+        return torch.randn(*s, generator=gen)
     q, k, v = rnd(B, H, T, Dk), rnd(B, Hkv, T, Dk), rnd(B, Hkv, T, Dv)
     if gate == "moderate":  # decays spread over (0, 1): every term of the sums matters
         g = F.logsigmoid(rnd(B, Hkv, T, Dk) * 2 + 2)
@@ -39,7 +40,8 @@ def make_inputs(B, H, Hkv, T, Dk, Dv, gate, with_state, dtype=torch.float32, see
         g = None
     s0 = rnd(B, Hkv, Dk, Dv) if with_state else None
     do, dst = rnd(B, H, T, Dv), rnd(B, Hkv, Dk, Dv)
-    to = lambda x, dt=dtype: None if x is None else x.to(DEVICE, dt)
+    def to(x, dt=dtype):
+        return None if x is None else x.to(DEVICE, dt)
     return to(q), to(k), to(v), to(g, torch.float32), to(s0, torch.float32), to(do), to(dst, torch.float32)
 
 
