@@ -217,6 +217,7 @@ def test_analyze_writes_pngs_and_json_for_every_variant(data_root, tmp_path, att
     assert len(result["decay"][1]["weight"]) == len(result["uniform"][1]["distance"])
     assert isinstance(result["shift_invariance"], float) and isinstance(result["same_token_ratio"], float)
     assert (tmp_path / "out" / "analysis.md").read_text().startswith("# Attention analysis")
+    assert torch.is_grad_enabled()  # main() leaves the process as it found it (tests run in one process)
 
 
 def test_compare_positions_draws_runs_side_by_side(data_root, tmp_path):
