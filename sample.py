@@ -80,15 +80,8 @@ def load_pretrained(args, device):
     return model.eval().to(device), tokenizer
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    ckpt_path = run_checkpoint_path(args.out_dir, args.ckpt)
-    if not args.init_from and not os.path.exists(ckpt_path):
-        fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        fail(f"--device={device} but CUDA is not available; use --device=cpu")
-    start = args.start
+def read_prompt(start):
+    """--start as text, or FILE:path; one-line error when missing or empty."""
     if start.startswith("FILE:"):
         path = start[5:]
         if not os.path.isfile(path):
@@ -97,47 +90,65 @@ def main(argv=None):
             start = f.read()
     if not start:
         fail("the prompt is empty; pass --start with at least one token")
+    return start
 
+
+def load_for_sampling(args, ckpt_path, device):
+    """(model, tokenizer) from a checkpoint or pretrained weights; ValueError with one line."""
+    if args.init_from:
+        return load_pretrained(args, device)
+    overrides = {"attn_impl": args.attn_impl} if args.attn_impl else {}
+    ckpt = load_checkpoint(ckpt_path, device)
+    config = model_config_from_checkpoint(ckpt, ckpt_path, **overrides)
+    check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
+    model = model_from_checkpoint(ckpt, config, ckpt_path, device)
+    if "meta" not in ckpt:
+        raise CheckpointError(f"{ckpt_path} lacks meta (the tokenizer); it was not written by train.py")
+    return model, load_tokenizer(ckpt["meta"])
+
+
+def stream_sample(model, tokenizer, x, args, generator):
+    """Print one sample as it is generated; returns (new tokens, the text printed after the prompt)."""
+    pending, printed, n_new = [], [], 0  # pending: ids not printed yet
+    for next_id in model.generate_stream(x, args.max_new_tokens, temperature=args.temperature,
+                                         top_k=args.top_k or None, top_p=args.top_p, generator=generator,
+                                         use_cache=not args.no_cache, max_context=args.max_context or None):
+        pending.append(next_id.item())
+        n_new += 1
+        text = tokenizer.decode(pending)
+        if not text.endswith("\ufffd"):  # else wait for the rest of a multi-byte character
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            printed.append(text)
+            pending = []
+    printed.append(tokenizer.decode(pending))
+    sys.stdout.write(printed[-1] + "\n---------------\n")
+    return n_new, "".join(printed)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    ckpt_path = run_checkpoint_path(args.out_dir, args.ckpt)
+    if not args.init_from and not os.path.exists(ckpt_path):
+        fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        fail(f"--device={device} but CUDA is not available; use --device=cpu")
+    start = read_prompt(args.start)
     try:  # every problem with the checkpoint, the prompt or the flags: one line, before any work
-        if args.init_from:
-            model, tokenizer = load_pretrained(args, device)
-        else:
-            overrides = {"attn_impl": args.attn_impl} if args.attn_impl else {}
-            ckpt = load_checkpoint(ckpt_path, device)
-            config = model_config_from_checkpoint(ckpt, ckpt_path, **overrides)
-            check_impl_runs_on(config.attn_impl, torch.device(device).type)  # the checkpoint's, or --attn_impl
-            model = model_from_checkpoint(ckpt, config, ckpt_path, device)
-            if "meta" not in ckpt:
-                raise CheckpointError(f"{ckpt_path} lacks meta (the tokenizer); it was not written by train.py")
-            tokenizer = load_tokenizer(ckpt["meta"])
+        model, tokenizer = load_for_sampling(args, ckpt_path, device)
         prompt = tokenizer.encode(start)
-    except (TokenizerError, ValueError) as e:  # CheckpointError is a ValueError
-        fail(str(e))
-    try:
         model.context_window(args.max_context or None)
-    except ValueError as e:
-        fail(f"{e} (--max_context)")
+    except (TokenizerError, ValueError) as e:  # CheckpointError is a ValueError
+        fail(str(e) + (" (--max_context)" if "max_context" in str(e) else ""))
 
     generator = torch.Generator(device=device).manual_seed(args.seed)
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]
     for s in range(args.num_samples):
         sys.stdout.write(start)
-        pending, n_new, t0 = [], 0, time.time()  # pending: ids not printed yet
-        printed = []
-        for next_id in model.generate_stream(x, args.max_new_tokens, temperature=args.temperature,
-                                             top_k=args.top_k or None, top_p=args.top_p, generator=generator,
-                                             use_cache=not args.no_cache, max_context=args.max_context or None):
-            pending.append(next_id.item())
-            n_new += 1
-            text = tokenizer.decode(pending)
-            if not text.endswith("\ufffd"):  # else wait for the rest of a multi-byte character
-                sys.stdout.write(text)
-                sys.stdout.flush()
-                printed.append(text)
-                pending = []
-        printed.append(tokenizer.decode(pending))
-        sys.stdout.write(printed[-1] + "\n---------------\n")
-        if args.temperature == 0 and not "".join(printed).strip():
+        t0 = time.time()
+        n_new, text = stream_sample(model, tokenizer, x, args, generator)
+        if args.temperature == 0 and not text.strip():
             print("note: greedy decoding from this prompt gives only whitespace (a character model's most likely "
                   "token after a newline is often another); pass text with --start, e.g. --start='ROMEO:'",
                   file=sys.stderr)
