@@ -1,6 +1,6 @@
 """Benchmark the Triton FlashAttention-2 kernel against PyTorch SDPA (flash backend).
 
-    python scripts/bench_flash.py --out bench_flash.md [--json bench_flash.json] [--quick]
+    python bench.py --suite=kernel_flash --out bench_flash.md [--json bench_flash.json] [--quick]
 
 Times forward and backward separately (triton.testing.do_bench, median) at B=4, H=32, bf16,
 T in {1024, ..., 16384}, d in {64, 128}, causal and not, and reports TFLOP/s with
@@ -10,50 +10,28 @@ Backward time = one o.backward(dO) on a retained graph (forward not included).
 A config that fails is reported in the table and the run goes on; configs past --budget_s
 seconds are skipped (and listed), so the script always finishes with a table.
 """
-import argparse
-import json
 import os
-import statistics
 import sys
-import time
-import traceback
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 if not torch.cuda.is_available():  # CPU smoke test: the kernels only run under the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch.nn.functional as F  # noqa: E402
 
+from benchmarks.harness import Budget, attempt, device_name, emit, int_list, median_ms, parser  # noqa: E402
 from kernels.flash_attn import flash_attention, tuned_configs  # noqa: E402
 
 
-def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="bench_flash.md", help="markdown table output")
-    p.add_argument("--json", default=None, help="also write the results as JSON")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, smoke test (works on CPU)")
+def parse_args(argv):
+    p = parser(__doc__, out="bench_flash.md", quick="tiny sizes, smoke test (works on CPU)")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--seqlens", type=str, default="1024,2048,4096,8192,16384")
     p.add_argument("--head_dims", type=str, default="64,128")
     p.add_argument("--budget_s", type=float, default=420.0, help="skip remaining configs after this")
-    return p.parse_args()
-
-
-def timer(fn, device):
-    """Median milliseconds of fn()."""
-    if device == "cuda":
-        import triton.testing
-        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return p.parse_args(argv)
 
 
 def sdpa_flash(q, k, v, causal):
@@ -65,70 +43,60 @@ def sdpa_flash(q, k, v, causal):
 
 
 def bench_one(impl, B, H, T, d, causal, dtype, device):
-    """(fwd_ms, bwd_ms) of one implementation at one shape."""
+    """{fwd_ms, bwd_ms} of one implementation at one shape."""
     fn = (lambda q, k, v: flash_attention(q, k, v, causal=causal)) if impl == "triton" else \
         (lambda q, k, v: sdpa_flash(q, k, v, causal))
     q, k, v = (torch.randn(B, H, T, d, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     do = torch.randn(B, H, T, d, device=device, dtype=dtype)
-    fwd_ms = timer(lambda: fn(q, k, v), device)
+    fwd_ms = median_ms(lambda: fn(q, k, v), device=device)
     o = fn(q, k, v)
 
     def bwd():
         q.grad = k.grad = v.grad = None
         o.backward(do, retain_graph=True)
-    bwd_ms = timer(bwd, device)
+    bwd_ms = median_ms(bwd, device=device)
     del q, k, v, do, o
-    return fwd_ms, bwd_ms
+    return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms}
 
 
-def main():
-    args = parse_args()
+def bench_shape(B, H, T, d, causal, dtype, device):
+    flops_fwd = 4 * B * H * T * T * d / (2 if causal else 1)
+    row = dict(B=B, H=H, T=T, d=d, causal=causal, dtype=str(dtype).replace("torch.", ""))
+    for impl in ("triton", "sdpa"):
+        row[impl] = attempt(lambda: bench_one(impl, B, H, T, d, causal, dtype, device))
+        if "error" not in row[impl]:
+            row[impl].update(fwd_tflops=flops_fwd / row[impl]["fwd_ms"] * 1e-9,
+                             bwd_tflops=2.5 * flops_fwd / row[impl]["bwd_ms"] * 1e-9)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return row
+
+
+def main(argv=None):
+    args = parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.quick:
         B, H, seqlens, dims, dtype = 1, 2, [64, 128], [64], torch.float32
     else:
-        B, H = args.batch, args.heads
-        seqlens = [int(x) for x in args.seqlens.split(",")]
-        dims = [int(x) for x in args.head_dims.split(",")]
-        dtype = torch.bfloat16
+        B, H, dtype = args.batch, args.heads, torch.bfloat16
+        seqlens, dims = int_list(args.seqlens), int_list(args.head_dims)
     if device == "cpu" and not args.quick:
-        sys.exit("bench_flash.py: no CUDA device; use --quick for a CPU smoke test")
-    dev_name = torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)"
-    t_start = time.time()
-    rows, skipped = [], []
+        print("error: kernel_flash needs a CUDA device; use --quick for a CPU smoke test", file=sys.stderr)
+        sys.exit(2)
+    dev_name = device_name() if device == "cuda" else "cpu (Triton interpreter)"
+    budget, rows = Budget(args.budget_s), []
     for T in seqlens:
         for d in dims:
             for causal in (False, True):
-                if time.time() - t_start > args.budget_s:
-                    skipped.append(f"T={T} d={d} causal={causal}")
-                    continue
-                flops_fwd = 4 * B * H * T * T * d / (2 if causal else 1)
-                row = dict(B=B, H=H, T=T, d=d, causal=causal, dtype=str(dtype).replace("torch.", ""))
-                for impl in ("triton", "sdpa"):
-                    try:
-                        fwd_ms, bwd_ms = bench_one(impl, B, H, T, d, causal, dtype, device)
-                        row[impl] = dict(fwd_ms=fwd_ms, bwd_ms=bwd_ms,
-                                         fwd_tflops=flops_fwd / fwd_ms * 1e-9,
-                                         bwd_tflops=2.5 * flops_fwd / bwd_ms * 1e-9)
-                    except Exception as e:  # report and go on: one bad config must not end the run
-                        traceback.print_exc()
-                        row[impl] = dict(error=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
-                    if device == "cuda":
-                        torch.cuda.empty_cache()
-                rows.append(row)
-                print(format_row(row), flush=True)
-
+                if budget.allows(f"T={T} d={d} causal={causal}"):
+                    rows.append(bench_shape(B, H, T, d, causal, dtype, device))
+                    print(format_row(rows[-1]), flush=True)
     tuned = tuned_configs()  # what _launch's timing chose: worth hard-coding per GPU
-    table = format_table(rows, dev_name, skipped, time.time() - t_start)
+    table = format_table(rows, dev_name, budget.skipped, budget.elapsed())
     table += "\nTile configs chosen (BLOCK_M, BLOCK_N, warps, stages):\n" + "".join(
         f"- {case}: {cfg}\n" for case, cfg in tuned.items())
-    print(table)
-    with open(args.out, "w") as f:
-        f.write(table)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(device=dev_name, torch=torch.__version__, rows=rows, skipped=skipped,
-                           tuned_configs={c: list(v) for c, v in tuned.items()}), f, indent=1)
+    emit(table, dict(device=dev_name, torch=torch.__version__, rows=rows, skipped=budget.skipped,
+                     tuned_configs={c: list(v) for c, v in tuned.items()}), args)
 
 
 def _cell(r, key, fmt):
