@@ -115,7 +115,7 @@ def fmt_ms(stat, spec, scale=1.0):
 
 
 def table_row(name, st, ref_name, ref):
-    diff, pooled, exceeds = noise_mark(st, ref)
+    diff, _pooled, exceeds = noise_mark(st, ref)
     if name == ref_name:
         delta = "(reference)"
     elif diff is None:
@@ -135,15 +135,15 @@ def report_markdown(groups):
     """The report.md text for {config: runs}; the first config is the reference for differences."""
     stats = {name: group_stats(runs) for name, runs in groups.items()}
     ref_name = next(iter(stats))
-    lines = ["| config | n | attention | pos | params | best val (mean ± std) | final val (mean ± std) "
+    lines = [("| config | n | attention | pos | params | best val (mean ± std) | final val (mean ± std) "
              f"| Δ best vs {ref_name} | tokens/s | peak mem (MB) | KV cache B/token | constant state B "
-             "| iters | wall (s, mean) |", "|" + "---|" * 14]
+             "| iters | wall (s, mean) |"), "|" + "---|" * 14]
     lines += [table_row(name, st, ref_name, stats[ref_name]) for name, st in stats.items()]
-    lines += ["", f"n runs per config (seeds); mean ± sample std (n-1), '-' where n = 1. Δ is the difference of "
+    lines += ["", (f"n runs per config (seeds); mean ± sample std (n-1), '-' where n = 1. Δ is the difference of "
               f"mean best val loss to {ref_name}; * marks |Δ| > {NOISE_FACTOR:g} x the pooled std of the two "
               "configs (sqrt(((n1-1)s1² + (n2-1)s2²) / (n1+n2-2))), i.e. beyond the seed noise; no mark: within "
               "it. KV cache grows per token (all layers); constant state is the decoding state that does not "
-              "grow with length (GLA's recurrent state, fp32)."]
+              "grow with length (GLA's recurrent state, fp32).")]
     return "\n".join(lines) + "\n"
 
 

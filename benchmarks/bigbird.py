@@ -66,12 +66,12 @@ def attention_table(args):
         attn = sparse_module(T, args).to(device)
         # keys per query: selected blocks x block length, minus the masked half of the diagonal
         keys = (attn.block_count.float().mean().item() - 0.5) * args.block + 0.5
-        for name, fn in (("bigbird", lambda q, k, v: attn.attend_sparse(q, k, v)),
+        for name, fn in (("bigbird", lambda q, k, v, attn=attn: attn.attend_sparse(q, k, v)),
                          ("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))):
             ms, peak, largest = bench_op(fn, q, k, v, args.reps)
             kq = keys if name == "bigbird" else (T + 1) / 2
             results[(name, T)] = ms
-            rows.append(dict(attention=name, T=T, ms=ms, peak_bytes=peak, keys_per_query=kq))
+            rows.append({"attention": name, "T": T, "ms": ms, "peak_bytes": peak, "keys_per_query": kq})
             lines.append(f"| {name} | {T} | {ms:.1f} | {peak / 2**20:.1f} | {largest / 2**20:.1f} | {kq:.0f} |")
             print(f"  {name} T={T}: {ms:.1f} ms", file=sys.stderr)
     lo, hi = args.seqlens[0], args.seqlens[-1]
@@ -94,8 +94,8 @@ def train_table(args):
         print("running: " + " ".join(cmd[1:]), file=sys.stderr)
         subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         rows.append(read_run(out))
-    lines = [f"Tiny Shakespeare (char), {' '.join(args.train_args) or 'config defaults'}, "
-             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}\n",
+    lines = [(f"Tiny Shakespeare (char), {' '.join(args.train_args) or 'config defaults'}, "
+             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}\n"),
              "| attention | pos | params | iters | final val loss | best val loss | ms/iter | tokens/s |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['attention']} | {r['pos_encoding']} | {r['params'] / 1e6:.2f}M | {r['iters']} | "

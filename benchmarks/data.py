@@ -43,13 +43,13 @@ def build_corpus(src, work_dir, megabytes, fmt):
                 i += 1
         if fmt == "jsonl":
             with open(data, "w") as f:
-                for d in docs:
-                    f.write(json.dumps({"text": d}) + "\n")
+                f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
             pq.write_table(pa.table({"text": docs}), data, row_group_size=10_000)
-    n_docs = sum(1 for _ in open(txt, encoding="utf-8").read().split("\n\n")) - 1
+    with open(txt, encoding="utf-8") as f:
+        n_docs = len(f.read().split("\n\n")) - 1
     return data, txt, os.path.getsize(txt), n_docs
 
 
@@ -123,11 +123,12 @@ def main(argv=None):
         src = data if script == "openwebtext" else txt
         cmd = [sys.executable, f"data/{script}/prepare.py", "--input", src, "--out_dir", out, f"--num_proc={n}"]
         wall, tree, single = run(cmd, env)
-        meta = json.load(open(os.path.join(out, "meta.json")))
+        with open(os.path.join(out, "meta.json")) as f:
+            meta = json.load(f)
         tokens = meta["train_tokens"] + meta["val_tokens"]
         print(f"| {script} | {n} | {tokens:,} | {wall:.1f} | {tokens / wall:,.0f} | {tree / 2**20:,.0f} MiB | "
               f"{single / 2**20:,.0f} MiB |", flush=True)
-        rows.append(dict(script=script, num_proc=n, tokens=tokens, wall_s=wall, peak_rss_all=tree, peak_rss_max=single))
+        rows.append({"script": script, "num_proc": n, "tokens": tokens, "wall_s": wall, "peak_rss_all": tree, "peak_rss_max": single})
         if not args.keep:
             shutil.rmtree(out)
     print(f"\n(for scale: the corpus is {size / 2**20:,.0f} MiB of text; its tokens as uint16 take "

@@ -24,13 +24,13 @@ import sys
 
 import torch
 
-from benchmarks.harness import emit, int_list, median_ms, parser, runs_table
+from benchmarks.harness import decode_cost, emit, int_list, median_ms, parser, runs_table, train_step
 from model import GPT, GPTConfig
 
 VARIANTS = {  # name -> GPTConfig keys
-    "gla": dict(attention="gla", pos_encoding="none", gla_gate="data", gla_chunk=64),
-    "linear": dict(attention="gla", pos_encoding="rope", gla_gate="none", gla_feature_map="elu", gla_chunk=64),
-    "mha": dict(attention="mha", pos_encoding="rope"),
+    "gla": {"attention": "gla", "pos_encoding": "none", "gla_gate": "data", "gla_chunk": 64},
+    "linear": {"attention": "gla", "pos_encoding": "rope", "gla_gate": "none", "gla_feature_map": "elu", "gla_chunk": 64},
+    "mha": {"attention": "mha", "pos_encoding": "rope"},
 }
 
 
@@ -60,26 +60,10 @@ def build(name, args, block_size):
     return GPT(cfg)
 
 
-@torch.no_grad()
 def bench_decode(name, args, contexts):
     """Per-token ms after prefilling each context (median over --steps single steps)."""
     model = build(name, args, max(contexts) + args.steps).eval()
-    rows = []
-    for L in contexts:
-        prompt = torch.randint(0, 65, (1, L), generator=torch.Generator().manual_seed(L))
-        caches = model.init_caches(1, L + args.steps)
-        state = {}
-        prefill_s = median_ms(lambda: state.update(logits=model(prompt, caches=caches, last_only=True)[0]),
-                              repeats=1, warmup=0) / 1e3
-        logits = state["logits"]
-        state = {"logits": logits}
-
-        def step():
-            tok = state["logits"][:, -1].argmax(-1, keepdim=True)
-            state["logits"], _ = model(tok, caches=caches, last_only=True)
-        rows.append(dict(variant=name, context=L, ms_per_token=median_ms(step, repeats=args.steps, warmup=0),
-                         prefill_s=prefill_s, cache_bytes=sum(c.nbytes() for c in caches)))
-    return rows
+    return [{"variant": name, "context": L, **decode_cost(model, L, args.steps)} for L in contexts]
 
 
 def bench_train(name, args, lens):
@@ -88,21 +72,17 @@ def bench_train(name, args, lens):
     for T in lens:
         model = build(name, args, T).train()
         idx = torch.randint(0, 65, (1, T + 1), generator=torch.Generator().manual_seed(T))
-        def step():
-            _, loss = model(idx[:, :-1], idx[:, 1:])
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-        ms = median_ms(step, repeats=args.reps, warmup=1)  # the first step warms up the allocator
-        rows.append(dict(variant=name, T=T, tokens_per_sec=T / (ms / 1e3), ms_per_step=ms))
+        ms = median_ms(train_step(model, idx), repeats=args.reps, warmup=1)  # the warm-up primes the allocator
+        rows.append({"variant": name, "T": T, "tokens_per_sec": T / (ms / 1e3), "ms_per_step": ms})
     return rows
 
 
 STEP_VARIANTS = {  # the Shakespeare configs (config/*.py) at base_shakespeare_char.py's size
-    "mha (config/mha.py)": dict(attention="mha", pos_encoding="rope"),
-    "gla (config/gla.py)": dict(attention="gla", pos_encoding="rope", gla_chunk=32),
-    "gla, pos none": dict(attention="gla", pos_encoding="none", gla_chunk=32),
-    "linear (config/linear.py)": dict(attention="gla", pos_encoding="rope", gla_gate="none",
-                                      gla_feature_map="elu", gla_chunk=16),
+    "mha (config/mha.py)": {"attention": "mha", "pos_encoding": "rope"},
+    "gla (config/gla.py)": {"attention": "gla", "pos_encoding": "rope", "gla_chunk": 32},
+    "gla, pos none": {"attention": "gla", "pos_encoding": "none", "gla_chunk": 32},
+    "linear (config/linear.py)": {"attention": "gla", "pos_encoding": "rope", "gla_gate": "none",
+                                      "gla_feature_map": "elu", "gla_chunk": 16},
 }
 
 
@@ -117,15 +97,10 @@ def bench_step(args):
     idx = torch.randint(0, 65, (B, T + 1), generator=torch.Generator().manual_seed(0))
     for rnd in range(args.rounds + 1):
         for name, (model, opt) in models.items():
-            def step():
-                _, loss = model(idx[:, :-1], idx[:, 1:])
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            ms = median_ms(step, repeats=3, warmup=0)
+            ms = median_ms(train_step(model, idx, opt), repeats=3, warmup=0)
             if rnd:  # round 0 warms up
                 times[name].append(ms)
-    return [dict(variant=name, ms_per_step=sorted(t)[len(t) // 2], params=models[name][0].num_params())
+    return [{"variant": name, "ms_per_step": sorted(t)[len(t) // 2], "params": models[name][0].num_params()}
             for name, t in times.items()]
 
 

@@ -55,6 +55,44 @@ def median_ms(fn, repeats=3, warmup=1, device="cpu"):
     return statistics.median(times)
 
 
+def train_step(model, idx, optimizer=None, device="cpu"):
+    """A function running one training step on idx (B, T+1): forward, backward, then the
+    optimizer's step (or, without one, just clearing the gradients)."""
+    def step():
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            model.zero_grad(set_to_none=True)
+        synchronize(device)
+    return step
+
+
+@torch.no_grad()
+def decode_cost(model, context, steps, device="cpu", prefill_chunk=None):
+    """{ms_per_token, prefill_s, cache_bytes}: `context` random tokens prefilled into fresh caches
+    (in chunks of prefill_chunk tokens, or one pass), then the median of `steps` greedy one-token steps."""
+    vocab = model.config.vocab_size
+    prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(context)).to(device)
+    caches = model.init_caches(1, context + steps)
+    chunk = prefill_chunk or context
+    t0 = time.perf_counter()
+    for start in range(0, context, chunk):
+        logits, _ = model(prompt[:, start:start + chunk], caches=caches, last_only=True)
+    synchronize(device)
+    prefill_s = time.perf_counter() - t0
+    state = {"logits": logits}
+
+    def step():
+        token = state["logits"][:, -1].argmax(-1, keepdim=True)
+        state["logits"], _ = model(token, caches=caches, last_only=True)
+        synchronize(device)
+    return {"ms_per_token": median_ms(step, repeats=steps, warmup=0), "prefill_s": prefill_s,
+            "cache_bytes": sum(c.nbytes() for c in caches)}
+
+
 class Budget:
     """A loop under a time limit: `if budget.allows(label)` is False (and label recorded as
     skipped) once `seconds` have passed, so a benchmark always finishes with a table."""
@@ -76,7 +114,7 @@ def attempt(fn):
     """fn()'s dict, or {"error": ...} with the traceback on stderr: one failing case must not end a run."""
     try:
         return fn()
-    except Exception as e:  # report and go on
+    except Exception as e:  # noqa: BLE001 (report and go on)
         traceback.print_exc()
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"}
 
@@ -153,8 +191,8 @@ def read_run(run_dir):
 def runs_table(run_dirs):
     """(markdown, rows) of train.py run folders: final/best val loss, ms/iter, cache, wall time."""
     rows = [read_run(d) for d in run_dirs]
-    lines = ["| run | attention | pos | params | iters | final val loss | best val loss | ms/iter | tok/s "
-             "| KV cache B/token | wall s |", "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [("| run | attention | pos | params | iters | final val loss | best val loss | ms/iter | tok/s "
+             "| KV cache B/token | wall s |"), "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['run']} | {r['attention']} | {r['pos_encoding']} | {r['params']:,} | {r['iters']} | "
                      f"{r['final_val_loss']:.4f} | {r['best_val_loss']:.4f} | {r['ms_per_iter']:.1f} | "

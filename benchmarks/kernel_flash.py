@@ -18,10 +18,10 @@ import torch
 if not torch.cuda.is_available():  # CPU smoke test: the kernels only run under the interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
-from benchmarks.harness import Budget, attempt, device_name, emit, int_list, median_ms, parser  # noqa: E402
-from kernels.flash_attn import flash_attention, tuned_configs  # noqa: E402
+from benchmarks.harness import Budget, attempt, device_name, emit, int_list, median_ms, parser
+from kernels.flash_attn import flash_attention, tuned_configs
 
 
 def parse_args(argv):
@@ -55,15 +55,14 @@ def bench_one(impl, B, H, T, d, causal, dtype, device):
         q.grad = k.grad = v.grad = None
         o.backward(do, retain_graph=True)
     bwd_ms = median_ms(bwd, device=device)
-    del q, k, v, do, o
     return {"fwd_ms": fwd_ms, "bwd_ms": bwd_ms}
 
 
 def bench_shape(B, H, T, d, causal, dtype, device):
     flops_fwd = 4 * B * H * T * T * d / (2 if causal else 1)
-    row = dict(B=B, H=H, T=T, d=d, causal=causal, dtype=str(dtype).replace("torch.", ""))
+    row = {"B": B, "H": H, "T": T, "d": d, "causal": causal, "dtype": str(dtype).replace("torch.", "")}
     for impl in ("triton", "sdpa"):
-        row[impl] = attempt(lambda: bench_one(impl, B, H, T, d, causal, dtype, device))
+        row[impl] = attempt(lambda impl=impl: bench_one(impl, B, H, T, d, causal, dtype, device))
         if "error" not in row[impl]:
             row[impl].update(fwd_tflops=flops_fwd / row[impl]["fwd_ms"] * 1e-9,
                              bwd_tflops=2.5 * flops_fwd / row[impl]["bwd_ms"] * 1e-9)
@@ -95,8 +94,8 @@ def main(argv=None):
     table = format_table(rows, dev_name, budget.skipped, budget.elapsed())
     table += "\nTile configs chosen (BLOCK_M, BLOCK_N, warps, stages):\n" + "".join(
         f"- {case}: {cfg}\n" for case, cfg in tuned.items())
-    emit(table, dict(device=dev_name, torch=torch.__version__, rows=rows, skipped=budget.skipped,
-                     tuned_configs={c: list(v) for c, v in tuned.items()}), args)
+    emit(table, {"device": dev_name, "torch": torch.__version__, "rows": rows, "skipped": budget.skipped,
+                     "tuned_configs": {c: list(v) for c, v in tuned.items()}}, args)
 
 
 def _cell(r, key, fmt):
@@ -114,11 +113,11 @@ def format_row(row):
 
 def format_table(rows, dev_name, skipped, wall_s):
     lines = [f"# FlashAttention-2 (Triton) vs SDPA flash backend on {dev_name}", "",
-             f"H={rows[0]['H'] if rows else '-'}, dtype {rows[0]['dtype'] if rows else '-'}; TFLOP/s with "
+             (f"H={rows[0]['H'] if rows else '-'}, dtype {rows[0]['dtype'] if rows else '-'}; TFLOP/s with "
              "FLOPs = 4*B*H*T^2*d forward (halved when causal), 2.5x for backward. Median of "
-             f"triton.testing.do_bench. Wall time {wall_s:.0f} s.", "",
-             "| B | T | d | causal | fwd TFLOP/s triton | fwd TFLOP/s sdpa | bwd TFLOP/s triton "
-             "| bwd TFLOP/s sdpa | fwd ms triton / sdpa | bwd ms triton / sdpa |",
+             f"triton.testing.do_bench. Wall time {wall_s:.0f} s."), "",
+             ("| B | T | d | causal | fwd TFLOP/s triton | fwd TFLOP/s sdpa | bwd TFLOP/s triton "
+             "| bwd TFLOP/s sdpa | fwd ms triton / sdpa | bwd ms triton / sdpa |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [format_row(r) for r in rows]
     for r in rows:

@@ -52,10 +52,10 @@ def make_inputs(B, H, T, d, dtype, device):
 
 
 def bench_shape(impls, B, H, T, d, dtype, device, chunk):
-    row = dict(B=B, H=H, T=T, d=d, chunk=chunk, dtype=str(dtype).replace("torch.", ""))
+    row = {"B": B, "H": H, "T": T, "d": d, "chunk": chunk, "dtype": str(dtype).replace("torch.", "")}
     outs = {}
     for name, fn in impls.items():
-        def run():
+        def run(name=name, fn=fn):
             times, outs[name] = bench_one(fn, *make_inputs(B, H, T, d, dtype, device), device)
             return times
         row[name] = attempt(run)
@@ -93,7 +93,7 @@ def main(argv=None):
                 rows.append(bench_shape(impls, B, H, T, d, dtype, device, args.chunk))
                 print(format_row(rows[-1]), flush=True)
     table = format_table(rows, dev_name, budget.skipped, budget.elapsed())
-    emit(table, dict(device=dev_name, torch=torch.__version__, rows=rows, skipped=budget.skipped), args)
+    emit(table, {"device": dev_name, "torch": torch.__version__, "rows": rows, "skipped": budget.skipped}, args)
 
 
 def _ms(r, key):
@@ -113,9 +113,9 @@ def format_row(row):
 
 
 def format_table(rows, dev_name, skipped, wall_s):
-    b = rows[0] if rows else dict(B="-", H="-", dtype="-", chunk="-")
-    lines = [f"GLA, Triton kernel vs PyTorch chunked form on {dev_name}: B={b['B']}, H={b['H']}, {b['dtype']} "
-             f"q/k/v, fp32 g, chunk {b['chunk']}; median ms ({wall_s:.0f} s in all)", "",
+    b = rows[0] if rows else {"B": "-", "H": "-", "dtype": "-", "chunk": "-"}
+    lines = [(f"GLA, Triton kernel vs PyTorch chunked form on {dev_name}: B={b['B']}, H={b['H']}, {b['dtype']} "
+             f"q/k/v, fp32 g, chunk {b['chunk']}; median ms ({wall_s:.0f} s in all)"), "",
              "| T | d | fwd triton | fwd torch | speedup | fwd+bwd triton | fwd+bwd torch | speedup | max rel diff |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [format_row(r) for r in rows]

@@ -24,7 +24,17 @@ import sys
 
 import torch
 
-from benchmarks.harness import attempt, device_name, emit, int_list, median_ms, parser, peak_bytes, synchronize
+from benchmarks.harness import (
+    attempt,
+    decode_cost,
+    device_name,
+    emit,
+    int_list,
+    median_ms,
+    parser,
+    peak_bytes,
+    train_step,
+)
 from configurator import ConfigError
 from model import GPT, GPTConfig
 from settings import MODEL_KEYS, parse_keys
@@ -49,7 +59,7 @@ def parse_args(argv):
                    help=f"override for every config (default width: {' '.join(WIDTH)})")
     args = p.parse_args(argv)
     if args.quick:  # tiny sizes, except what was given explicitly
-        quick = dict(train_lens="64,128", contexts="32,128", repeats=1, steps=4, prefill_chunk=64)
+        quick = {"train_lens": "64,128", "contexts": "32,128", "repeats": 1, "steps": 4, "prefill_chunk": 64}
         for key, value in quick.items():
             if getattr(args, key) == p.get_default(key):
                 setattr(args, key, value)
@@ -71,34 +81,10 @@ def bench_train(model, T, args, device):
     """{T, tokens_per_sec, peak_mem_bytes} of forward + backward + AdamW at batch 1."""
     opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), torch.device(device).type)
     idx = torch.randint(0, args.vocab_size, (1, T + 1), generator=torch.Generator().manual_seed(T)).to(device)
-
-    def step():
-        _, loss = model(idx[:, :-1], idx[:, 1:])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        synchronize(device)
+    step = train_step(model, idx, opt, device)
     ms = median_ms(step, repeats=args.repeats, warmup=1)  # the warm-up also creates AdamW's state
     peak, _ = peak_bytes(step, device)
     return {"T": T, "tokens_per_sec": T / (ms / 1e3), "peak_mem_bytes": peak}
-
-
-@torch.no_grad()
-def bench_decode(model, context, args, device):
-    """{context, ms_per_token, cache_bytes} after a chunked, untimed prefill of `context` tokens."""
-    gen = torch.Generator().manual_seed(context)
-    prompt = torch.randint(0, args.vocab_size, (1, context), generator=gen).to(device)
-    caches = model.init_caches(1, context + args.steps)
-    for start in range(0, context, args.prefill_chunk):
-        logits, _ = model(prompt[:, start:start + args.prefill_chunk], caches=caches, last_only=True)
-    state = {"logits": logits}
-
-    def step():
-        token = state["logits"][:, -1].argmax(-1, keepdim=True)
-        state["logits"], _ = model(token, caches=caches, last_only=True)
-        synchronize(device)
-    ms = median_ms(step, repeats=args.steps, warmup=0)
-    return {"context": context, "ms_per_token": ms, "cache_bytes": sum(c.nbytes() for c in caches)}
 
 
 def max_length(args):
@@ -113,10 +99,10 @@ def bench_variant(path, args, device):
            "kv_cache_bytes_per_token": model.cache_elems_per_token() * 4,
            "cache_state_bytes": model.cache_state_elems() * 4, "device": device_name(), "train": [], "decode": []}
     for T in int_list(args.train_lens):
-        row["train"].append({"T": T, **attempt(lambda: bench_train(model.train(), T, args, device))})
+        row["train"].append({"T": T, **attempt(lambda T=T: bench_train(model.train(), T, args, device))})
         print(f"  {row['variant']} train T={T}: {row['train'][-1]}", file=sys.stderr)
     for context in int_list(args.contexts):
-        row["decode"].append({"context": context, **attempt(lambda: bench_decode(model.eval(), context, args, device))})
+        row["decode"].append({"context": context, **attempt(lambda c=context: decode_cost(model.eval(), c, args.steps, device, args.prefill_chunk))})
         print(f"  {row['variant']} decode {context}: {row['decode'][-1]}", file=sys.stderr)
     return row
 
@@ -144,8 +130,8 @@ def markdown(rows, args):
                      + (" (constant state)" if r["cache_state_bytes"] and not r["kv_cache_bytes_per_token"] else ""))
         lines.append("| " + " | ".join(cells) + " |")
     width = " ".join(WIDTH + args.overrides)
-    lines += ["", f"{device_name()}, fp32, batch 1, {width}; training: median of {args.repeats} steps "
-              f"(forward + backward + AdamW); decoding: median of {args.steps} one-token steps after the context"]
+    lines += ["", (f"{device_name()}, fp32, batch 1, {width}; training: median of {args.repeats} steps "
+              f"(forward + backward + AdamW); decoding: median of {args.steps} one-token steps after the context")]
     return "\n".join(lines) + "\n"
 
 

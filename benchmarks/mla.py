@@ -21,16 +21,16 @@ import sys
 import torch
 
 from attention import build_attention
-from benchmarks.harness import emit, int_list, load_average, median_ms, parser, runs_table
+from benchmarks.harness import decode_cost, emit, int_list, load_average, parser, runs_table
 from model import GPT, GPTConfig
 
 # name -> GPTConfig overrides
 VARIANTS = {
-    "MHA": dict(attention="mha"),
-    "GQA (n_kv_head=2)": dict(attention="gqa", n_kv_head=2),
-    "MQA": dict(attention="mqa"),
-    "MLA absorbed": dict(attention="mla", mla_decode="absorbed"),
-    "MLA expanded": dict(attention="mla", mla_decode="expanded"),
+    "MHA": {"attention": "mha"},
+    "GQA (n_kv_head=2)": {"attention": "gqa", "n_kv_head": 2},
+    "MQA": {"attention": "mqa"},
+    "MLA absorbed": {"attention": "mla", "mla_decode": "absorbed"},
+    "MLA expanded": {"attention": "mla", "mla_decode": "expanded"},
 }
 
 
@@ -52,8 +52,8 @@ def parse_args(argv):
 
 def cache_table(n_head=12, head_dim=64, batch=2, max_len=16):
     """Measured elements per token per layer from one layer's allocated cache, in fp32 and bf16."""
-    rows = ["| variant | cache elems / token / layer (measured) | formula | bytes bf16 | bytes fp32 "
-            "| MHA / this |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = [("| variant | cache elems / token / layer (measured) | formula | bytes bf16 | bytes fp32 "
+            "| MHA / this |"), "| --- | ---: | ---: | ---: | ---: | ---: |"]
     base = None
     for name, kw in VARIANTS.items():
         cfg = GPTConfig(block_size=max_len, vocab_size=64, n_layer=1, n_head=n_head,
@@ -69,33 +69,11 @@ def cache_table(n_head=12, head_dim=64, batch=2, max_len=16):
     return detail, rows
 
 
-@torch.inference_mode()
-def decode_ms(model, context, steps, generator, repeats):
-    """Median ms of `steps` one-token steps, each repeat after a fresh prefill of `context` tokens (untimed)."""
-    V = model.config.vocab_size
-    state = {}
-
-    def prefill():
-        state["caches"] = model.init_caches(1, context + steps)
-        model(torch.randint(0, V, (1, context), generator=generator), caches=state["caches"], last_only=True)
-    tokens = torch.randint(0, V, (steps, 1, 1), generator=generator)
-
-    def decode():
-        for t in range(steps):
-            model(tokens[t], caches=state["caches"], last_only=True)
-    times = []
-    for _ in range(repeats):
-        prefill()
-        times.append(median_ms(decode, repeats=1, warmup=0))
-    return sorted(times)[len(times) // 2]
-
-
 def decode_table(args, contexts, steps, repeats):
     names = [n.strip() for n in args.decode_variants.split(",")]
     impls = args.impls.split(",")
     head = "| variant | attn_impl | cache elems / token (all layers) | " + " | ".join(f"tok/s @ {c}" for c in contexts) + " |"
     rows = [head, "| --- | --- | ---: |" + " ---: |" * len(contexts)]
-    g = torch.Generator().manual_seed(0)
     for name in names:
         for impl in impls:
             torch.manual_seed(0)
@@ -103,15 +81,16 @@ def decode_table(args, contexts, steps, repeats):
                             n_head=args.n_head, n_embd=args.n_embd, pos_encoding="rope", attn_impl=impl,
                             **VARIANTS[name])
             model = GPT(cfg).eval()
-            decode_ms(model, 16, 4, g, 1)   # warm-up
+            decode_cost(model, 16, 4)   # warm-up
             cells = []
             for context in contexts:
-                tps = steps / (decode_ms(model, context, steps, g, repeats) / 1e3)
+                ms = sorted(decode_cost(model, context, steps)["ms_per_token"] for _ in range(repeats))
+                tps = 1e3 / ms[len(ms) // 2]
                 cells.append(f"{tps:,.0f}")
                 print(f"{name} {impl} ctx {context}: {tps:,.1f} tok/s", file=sys.stderr)
             rows.append(f"| {name} | {impl} | {model.cache_elems_per_token()} | " + " | ".join(cells) + " |")
     detail = (f"batch 1, n_layer={args.n_layer}, n_embd={args.n_embd}, n_head={args.n_head}, fp32, "
-              f"{torch.get_num_threads()} threads; median of {repeats} runs of {steps} steps after a prefill")
+              f"{torch.get_num_threads()} threads; median over {repeats} runs of the median of {steps} one-token steps after a prefill")
     return detail, rows
 
 
