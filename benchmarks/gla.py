@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from benchmarks.harness import decode_cost, emit, int_list, median_ms, parser, runs_table, train_step
+from benchmarks.harness import decode_cost, emit, fmt_bytes, int_list, median_ms, parser, runs_table, train_step
 from model import GPT, GPTConfig
 
 VARIANTS = {  # name -> GPTConfig keys
@@ -102,10 +102,6 @@ def bench_step(args):
                 times[name].append(ms)
     return [{"variant": name, "ms_per_step": sorted(t)[len(t) // 2], "params": models[name][0].num_params()}
             for name, t in times.items()]
-
-
-def fmt_bytes(n):
-    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def decode_table(rows, contexts):

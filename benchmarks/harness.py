@@ -26,6 +26,19 @@ def parser(doc, out=None, quick="tiny sizes: a smoke test of the script itself")
     return p
 
 
+def add_kernel_shape_args(p, heads, budget_s):
+    """The shape flags of the kernel suites (batch, heads, lengths, head dims, time budget)."""
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--heads", type=int, default=heads)
+    p.add_argument("--seqlens", type=str, default="1024,2048,4096,8192,16384")
+    p.add_argument("--head_dims", type=str, default="64,128")
+    p.add_argument("--budget_s", type=float, default=budget_s, help="skip remaining configs after this")
+
+
+def fmt_bytes(n):
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
+
+
 def int_list(text):
     return [int(x) for x in str(text).split(",") if x.strip()]
 

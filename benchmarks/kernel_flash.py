@@ -20,17 +20,13 @@ if not torch.cuda.is_available():  # CPU smoke test: the kernels only run under 
 
 import torch.nn.functional as F
 
-from benchmarks.harness import Budget, attempt, device_name, emit, int_list, median_ms, parser
+from benchmarks.harness import Budget, add_kernel_shape_args, attempt, device_name, emit, int_list, median_ms, parser
 from kernels.flash_attn import flash_attention, tuned_configs
 
 
 def parse_args(argv):
     p = parser(__doc__, out="bench_flash.md", quick="tiny sizes, smoke test (works on CPU)")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--seqlens", type=str, default="1024,2048,4096,8192,16384")
-    p.add_argument("--head_dims", type=str, default="64,128")
-    p.add_argument("--budget_s", type=float, default=420.0, help="skip remaining configs after this")
+    add_kernel_shape_args(p, heads=32, budget_s=420.0)
     return p.parse_args(argv)
 
 

@@ -17,17 +17,13 @@ import sys
 
 import torch
 
-from benchmarks.harness import Budget, attempt, device_name, emit, int_list, median_ms, parser
+from benchmarks.harness import Budget, add_kernel_shape_args, attempt, device_name, emit, int_list, median_ms, parser
 
 
 def parse_args(argv):
     p = parser(__doc__, out="bench_gla.md", quick="tiny fp32 shapes on CPU under the Triton interpreter")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--seqlens", type=str, default="1024,2048,4096,8192,16384")
-    p.add_argument("--head_dims", type=str, default="64,128")
+    add_kernel_shape_args(p, heads=16, budget_s=90.0)
     p.add_argument("--chunk", type=int, default=64)
-    p.add_argument("--budget_s", type=float, default=90.0, help="skip remaining configs after this")
     return p.parse_args(argv)
 
 

@@ -29,6 +29,7 @@ from benchmarks.harness import (
     decode_cost,
     device_name,
     emit,
+    fmt_bytes,
     int_list,
     median_ms,
     parser,
@@ -109,10 +110,6 @@ def bench_variant(path, args, device):
 
 def cell(entry, key, spec, scale=1.0):
     return "error" if "error" in entry else format(entry[key] / scale, spec)
-
-
-def fmt_bytes(n):
-    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
 
 
 def markdown(rows, args):
