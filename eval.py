@@ -73,13 +73,20 @@ def window_loss(model, tokens, length, batch_size, device, desc):
     return total / count
 
 
-def evaluate_run(run_dir, lengths, args, device):
+def run_labels(run_dirs):
+    """Folder names, or parent/name where two runs share a name (sweeps/a/mha-s1, sweeps/b/mha-s1)."""
+    names = [os.path.basename(os.path.normpath(d)) for d in run_dirs]
+    return [os.path.join(*os.path.normpath(d).split(os.sep)[-2:]) if names.count(n) > 1 else n
+            for d, n in zip(run_dirs, names)]
+
+
+def evaluate_run(run_dir, name, lengths, args, device):
     """JSON rows of one run (val_loss None and a 'why' where the length is not possible)."""
     model, ckpt = load_model(run_checkpoint_path(run_dir, args.ckpt), device)
     tokens = val_tokens(ckpt, run_dir, args.data_dir)
     if args.max_tokens:
         tokens = tokens[:args.max_tokens]
-    config, name = model.config, os.path.basename(os.path.normpath(run_dir))
+    config = model.config
     rows = []
     for length in lengths:
         reason = why_not(model, length, len(tokens))
@@ -147,8 +154,8 @@ def main(argv=None):
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     rows = []
     try:
-        for run_dir in args.runs:
-            rows += evaluate_run(run_dir, lengths, args, device)
+        for run_dir, name in zip(args.runs, run_labels(args.runs)):
+            rows += evaluate_run(run_dir, name, lengths, args, device)
     except CheckpointError as e:
         fail(str(e))
     if all(r["val_loss"] is None for r in rows):
