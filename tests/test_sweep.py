@@ -58,12 +58,12 @@ def test_sweep_trains_each_run_once_and_reports_seed_statistics(data_root, tmp_p
 
 def test_killed_sweep_completes_when_rerun(data_root, tmp_path):
     out = tmp_path / "sw"
-    cmd = sweep_cmd(data_root, out, configs=("config/mha.py",), seeds="1,2", max_iters=200)
+    cmd = sweep_cmd(data_root, out, configs=("config/mha.py",), seeds="1,2", max_iters=60)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ckpt, deadline = out / "mha-s1" / "ckpt.pt", time.time() + 120
     while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # mid-run: the first checkpoint (iteration 10 of 200) is on disk
+    proc.send_signal(signal.SIGTERM)  # mid-run: the first checkpoint (iteration 10 of 60) is on disk
     proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert not (out / "mha-s2").exists()
@@ -72,7 +72,7 @@ def test_killed_sweep_completes_when_rerun(data_root, tmp_path):
     assert "mha-s1: resuming" in r.stdout and "mha-s2: training" in r.stdout
     for seed in (1, 2):
         summary = json.loads((out / f"mha-s{seed}" / "summary.json").read_text())
-        assert summary["iters"] == 200 and summary.get("finished", True)
+        assert summary["iters"] == 60 and summary.get("finished", True)
     assert "--init_from=resume" in (out / "mha-s1" / "train.log").read_text()
     assert "| mha | 2 |" in (out / "report.md").read_text()
 
