@@ -139,8 +139,12 @@ def last_error_line(run_dir):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return
     try:
-        configs, seeds, out, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+        configs, seeds, out, overrides = parse_args(argv)
         max_iters = parse_keys([configs[0], *overrides])["max_iters"]
     except ConfigError as e:
         fail(str(e))
