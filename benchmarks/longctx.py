@@ -109,7 +109,9 @@ def bench_variant(path, args, device):
 
 
 def cell(entry, key, spec, scale=1.0):
-    return "error" if "error" in entry else format(entry[key] / scale, spec)
+    if "error" in entry:
+        return "error"
+    return format(entry[key] / scale, spec) if key in entry else "-"  # '-': not measured
 
 
 def markdown(rows, args):
