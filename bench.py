@@ -7,29 +7,29 @@ formula).
 
 Each variant is built from its config file (the same keys as train.py), on random tokens.
 Numbers are medians over --repeats runs. A markdown table goes to stdout.
+
+Every other benchmark is a suite of the benchmarks/ package, run through this script:
+
+    python bench.py --suite=NAME [its options]       # python bench.py --suite=NAME --help for them
+
+Suites are named after what they time: kernel_<name> is a Triton kernel against its PyTorch
+counterpart (needs CUDA; --quick runs tiny shapes under the Triton interpreter); a variant's
+name is that attention variant's model-level costs against MHA; longctx is every variant at
+long context; data is the tokenizing pipeline. All take --json FILE, --out FILE and --quick.
 """
 import argparse
 import glob
+import importlib
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
 
+from benchmarks.harness import median_ms
 from configurator import ConfigError, fail
 from model import GPT, GPTConfig
 from settings import MODEL_KEYS, parse_keys
-
-
-def median_time(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def cache_bytes(model, length, dtype):
@@ -55,7 +55,7 @@ def bench_variant(path, args, device):
         opt.zero_grad(set_to_none=True)
         sync()
     train_step()  # warm up
-    train_tps = B * T / median_time(train_step, args.repeats)
+    train_tps = B * T / (median_ms(train_step, args.repeats, warmup=0) / 1e3)
 
     # decoding: greedy, batch 1, after a prompt of --context tokens
     model.eval()
@@ -78,8 +78,8 @@ def bench_variant(path, args, device):
             sync()
         return run
     decode(True)()
-    dec = n_new / median_time(decode(True), args.repeats)
-    dec_nc = n_new / median_time(decode(False), args.repeats)
+    dec = n_new / (median_ms(decode(True), args.repeats, warmup=0) / 1e3)
+    dec_nc = n_new / (median_ms(decode(False), args.repeats, warmup=0) / 1e3)
 
     # cache size: the slope of allocated bytes against length separates per-token from constant state
     dtype = next(model.parameters()).dtype
@@ -96,8 +96,34 @@ def bench_variant(path, args, device):
             "cache_constant_bytes": b1 - per_token * l1, "device": str(device)}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+SUITES = {
+    "kernel_flash": "Triton FlashAttention-2 forward/backward TFLOP/s against SDPA's flash backend",
+    "kernel_gla": "Triton chunked GLA kernel against the PyTorch chunked form",
+    "mla": "MLA's latent cache: sizes against MHA/GQA/MQA, absorbed vs expanded decoding by context",
+    "bigbird": "BigBird block-sparse attention op against dense SDPA, T=1k..8k: time and memory",
+    "gla": "the GLA model against MHA: decoding by context, training by length, step time",
+    "longctx": "every variant: training tokens/s and peak memory at T=1k/4k/8k, decode ms/token at 256/4k/16k",
+    "data": "the data/*/prepare.py pipelines: tokens/s and peak memory",
+}
+
+
+def run_suite(argv):
+    """python bench.py --suite=NAME [args]: hand the remaining arguments to benchmarks/NAME.py."""
+    i = next(i for i, a in enumerate(argv) if a == "--suite" or a.startswith("--suite="))
+    name = argv[i].split("=", 1)[1] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else "")
+    rest = argv[:i] + argv[i + (1 if "=" in argv[i] else 2):]
+    if name not in SUITES:
+        fail(f"--suite={name!r} is not a suite; choose one of {', '.join(SUITES)}")
+    importlib.import_module(f"benchmarks.{name}").main(rest)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--suite" or a.startswith("--suite=") for a in argv):
+        return run_suite(argv)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="suites:\n" + "\n".join(f"  {k:13s} {v}" for k, v in SUITES.items()))
+    ap.add_argument("--suite", help="run a suite of benchmarks/ instead (listed below)")
     ap.add_argument("configs", nargs="*", help="config files (default: every variant in config/)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--device", default="auto")
@@ -107,7 +133,7 @@ def main():
     ap.add_argument("--vocab_size", type=int, default=65)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="--key=value",
                     help="override applied to every config, e.g. --set=--block_size=512")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     not_variants = ("base", "gpt2", "finetune", "uptrain")   # bases, GPT-2-sized and pretrained runs
     configs = args.configs or sorted(p for p in glob.glob("config/*.py") if not any(w in p for w in not_variants))
     for p in configs:
@@ -122,7 +148,8 @@ def main():
             fail(f"{path}: {e}")
         print(f"done {path}", file=sys.stderr)
     print("| variant | params | train tok/s | prompt | decode tok/s (cache) | decode tok/s (no cache) | "
-          "cache B/token (measured) | cache B/token (formula) | constant state B |\n|---|---|---|---|---|---|---|---|---|")
+          "cache B/token (measured) | cache B/token (formula) | constant state B |\n"
+          "|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['variant']} ({r['attention']}, {r['pos_encoding']}) | {r['params'] / 1e6:.2f}M | "
               f"{r['train_tokens_per_sec']:,.0f} | {r['decode_context']} | {r['decode_tokens_per_sec']:,.1f} | "

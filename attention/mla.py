@@ -194,7 +194,7 @@ class MultiHeadLatentAttention(Attention):
 
         Speed note: on CPU at batch 1 this form does ~(d_c + d_r)/(d_h + d_r) times the
         multiply-adds of the expanded one per cached token, so it saves memory, not time;
-        see scripts/bench_mla.py.
+        see python bench.py --suite=mla.
         """
         H, d_c = self.n_head, self.kv_lora_rank
         w_uk = self.k_up.weight.view(H, self.qk_nope_head_dim, d_c)      # rows of head h: W_UK_h (d_h, d_c)

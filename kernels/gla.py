@@ -524,7 +524,7 @@ DIAG_LOOP = not interpreted()
 
 # Largest Dk block and (Dk block, Dv block) state tile of the sub-chunk kernels, by dot precision
 # (exact fp32 dots run on FMA units and need more registers than TF32 tensor-core ones): with
-# these, no sm_90 build spills registers (scripts/compile_check.py).
+# these, no sm_90 build spills registers (python -m scripts.compile_check).
 MAX_BK = {"ieee": 64, "tf32": 64}
 MAX_STATE_TILE = {"ieee": 2048, "tf32": 8192}
 

@@ -1,6 +1,6 @@
 """Put the analyze.py results of several runs side by side: one PNG for the README.
 
-    python scripts/compare_positions.py out-pos-*/analysis --out docs/positions.png
+    python -m scripts.compare_positions out-pos-*/analysis --out docs/positions.png
 
 Reads each DIR/analysis.json and draws, one line per run:
   decay      mean attention weight over the uniform baseline against distance (layers
@@ -15,7 +15,6 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from configurator import fail
 
 SHIFT_FLOOR = 1e-9  # exact zeros drawn here on the log axis

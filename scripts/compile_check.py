@@ -1,7 +1,7 @@
 """Compile every kernel launch of flash_attention and chunk_gla for a GPU that is not there
 (sm_90, H100/H200).
 
-    python scripts/compile_check.py [final|main|quick|fp32|gla]     (gla: only the GLA kernels)
+    python -m scripts.compile_check [final|main|quick|fp32|gla]     (gla: only the GLA kernels)
 
 Triton's interpreter runs the kernels on CPU but never compiles them, so it misses what only
 the compiler rejects (non-constexpr globals, dot shapes, shared-memory overflow). This replaces
@@ -15,7 +15,6 @@ import sys
 import tempfile
 
 os.environ.pop("TRITON_INTERPRET", None)
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 import triton
 from triton.backends.compiler import GPUTarget

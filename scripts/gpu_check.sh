@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One-command check of the Triton kernels (FlashAttention, chunked GLA) on a CUDA machine:
 #   1. python -m pytest tests/kernels  (the CUDA bf16/fp16 tests run there, fp32 ones natively)
-#   2. python scripts/bench_flash.py   (fwd/bwd TFLOP/s vs SDPA flash backend, markdown + JSON; <= 270 s)
-#   3. python scripts/bench_gla.py     (GLA kernel vs PyTorch chunked form, ms; under ~2 minutes)
+#   2. python bench.py --suite=kernel_flash   (fwd/bwd TFLOP/s vs SDPA flash backend, markdown + JSON; <= 270 s)
+#   3. python bench.py --suite=kernel_gla     (GLA kernel vs PyTorch chunked form, ms; under ~2 minutes)
 # Usage: scripts/gpu_check.sh [OUT_DIR]    (default: $OUT when set, else ./out_gpu_check)
 # All steps always run; the exit status is non-zero if any failed.
 set -uo pipefail
@@ -19,13 +19,13 @@ echo "== pytest tests/kernels"
 python -m pytest tests/kernels -q -rs 2>&1 | tee "$OUT_DIR/pytest_kernels.txt"
 tests_rc=${PIPESTATUS[0]}
 
-echo "== bench_flash.py"
-python scripts/bench_flash.py --budget_s 270 --out "$OUT_DIR/bench_flash.md" --json "$OUT_DIR/bench_flash.json" \
+echo "== bench.py --suite=kernel_flash"
+python bench.py --suite=kernel_flash --budget_s 270 --out "$OUT_DIR/bench_flash.md" --json "$OUT_DIR/bench_flash.json" \
     2>&1 | tee "$OUT_DIR/bench_flash.log"
 bench_rc=${PIPESTATUS[0]}
 
-echo "== bench_gla.py"
-python scripts/bench_gla.py --out "$OUT_DIR/bench_gla.md" --json "$OUT_DIR/bench_gla.json" \
+echo "== bench.py --suite=kernel_gla"
+python bench.py --suite=kernel_gla --out "$OUT_DIR/bench_gla.md" --json "$OUT_DIR/bench_gla.json" \
     2>&1 | tee "$OUT_DIR/bench_gla.log"
 gla_rc=${PIPESTATUS[0]}
 

@@ -1,7 +1,7 @@
 """Benchmark the tokenizing pipeline: tokens/s and peak memory of the data/*/prepare.py scripts.
 
-    python scripts/bench_data.py --input data/shakespeare/input.txt            # 64 MB corpus, num_proc 1 and 2
-    python scripts/bench_data.py --input FILE --corpus_mb 256 --num_proc 2 4 8 --format parquet
+    python bench.py --suite=data --input data/shakespeare/input.txt            # 64 MB corpus, num_proc 1 and 2
+    python bench.py --suite=data --input FILE --corpus_mb 256 --num_proc 2 4 8 --format parquet
 
 Builds a corpus of --corpus_mb megabytes from a text file (its paragraphs, repeated, as one
 document each) under --work_dir as JSON lines (or parquet), then runs the real command lines
@@ -12,13 +12,14 @@ sum over the script and its workers, and the largest single process (both sample
 every 0.1 s, so Linux only). The output must be far smaller than the
 corpus's tokens: the scripts stream, they never hold the corpus.
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+
+from benchmarks.harness import parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,13 +43,13 @@ def build_corpus(src, work_dir, megabytes, fmt):
                 i += 1
         if fmt == "jsonl":
             with open(data, "w") as f:
-                for d in docs:
-                    f.write(json.dumps({"text": d}) + "\n")
+                f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
             pq.write_table(pa.table({"text": docs}), data, row_group_size=10_000)
-    n_docs = sum(1 for _ in open(txt, encoding="utf-8").read().split("\n\n")) - 1
+    with open(txt, encoding="utf-8") as f:
+        n_docs = len(f.read().split("\n\n")) - 1
     return data, txt, os.path.getsize(txt), n_docs
 
 
@@ -93,8 +94,8 @@ def run(cmd, env):
     return wall, peak_tree, peak_single
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    ap = parser(__doc__, quick="a 2 MB corpus: a smoke test of the script itself")
     ap.add_argument("--input", default=os.environ.get("TINYSHAKESPEARE_INPUT"), help="text to build the corpus from")
     ap.add_argument("--corpus_mb", type=int, default=64)
     ap.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
@@ -102,9 +103,12 @@ def main():
     ap.add_argument("--text", action="store_true", help="also time data/text/prepare.py on the same text")
     ap.add_argument("--work_dir", default="/tmp/bench_data")
     ap.add_argument("--keep", action="store_true", help="keep the corpus and outputs")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not args.input or not os.path.isfile(args.input):
-        sys.exit("error: pass a text file with --input (or set TINYSHAKESPEARE_INPUT)")
+        print("error: pass a text file with --input (or set TINYSHAKESPEARE_INPUT)", file=sys.stderr)
+        sys.exit(2)
+    if args.quick:
+        args.corpus_mb, args.num_proc = 2, [1]
 
     data, txt, size, n_docs = build_corpus(args.input, args.work_dir, args.corpus_mb, args.format)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -113,21 +117,28 @@ def main():
     print("| script | num_proc | tokens | wall s | tokens/s | peak RSS, all processes | largest process |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     runs = [("openwebtext", n) for n in args.num_proc] + ([("text", n) for n in args.num_proc] if args.text else [])
+    rows = []
     for script, n in runs:
         out = os.path.join(args.work_dir, f"out-{script}-{n}")
         src = data if script == "openwebtext" else txt
         cmd = [sys.executable, f"data/{script}/prepare.py", "--input", src, "--out_dir", out, f"--num_proc={n}"]
         wall, tree, single = run(cmd, env)
-        meta = json.load(open(os.path.join(out, "meta.json")))
+        with open(os.path.join(out, "meta.json")) as f:
+            meta = json.load(f)
         tokens = meta["train_tokens"] + meta["val_tokens"]
         print(f"| {script} | {n} | {tokens:,} | {wall:.1f} | {tokens / wall:,.0f} | {tree / 2**20:,.0f} MiB | "
               f"{single / 2**20:,.0f} MiB |", flush=True)
+        rows.append({"script": script, "num_proc": n, "tokens": tokens, "wall_s": wall, "peak_rss_all": tree,
+                     "peak_rss_max": single})
         if not args.keep:
             shutil.rmtree(out)
     print(f"\n(for scale: the corpus is {size / 2**20:,.0f} MiB of text; its tokens as uint16 take "
           f"{2 * tokens / 2**20:,.0f} MiB)")
     if not args.keep:
         shutil.rmtree(args.work_dir)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,92 @@
+"""eval.py: loss at other context lengths equals a direct computation; impossible lengths are n/a.
+Also the long-context benchmark suite runs end to end at tiny sizes."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import eval as length_eval
+import train
+from helpers import ROOT, train_args
+from model import GPT, GPTConfig
+
+
+@pytest.fixture(scope="module")
+def runs(data_root, tmp_path_factory):
+    """Tiny RoPE, ALiBi and learned-position runs (block_size 32), trained a few steps."""
+    root = tmp_path_factory.mktemp("runs")
+    for pos in ("rope", "alibi", "learned"):
+        train.main(train_args(data_root, root / pos, "--max_iters=10", "--eval_interval=10", f"--pos_encoding={pos}"))
+    return root
+
+
+def direct_loss(run_dir, data_root, length, max_tokens):
+    """Mean next-token cross-entropy over non-overlapping windows, one window at a time, from
+    the raw val.bin and the checkpoint's weights (float64 log-softmax)."""
+    ckpt = torch.load(os.path.join(run_dir, "ckpt.pt"), map_location="cpu", weights_only=True)
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    tokens = np.fromfile(os.path.join(data_root, "shakespeare_char", "val.bin"), dtype=np.uint16)[:max_tokens]
+    losses = []
+    with torch.no_grad():
+        for start in range(0, len(tokens) - length, length):
+            window = torch.from_numpy(tokens[start:start + length + 1].astype(np.int64))
+            logits, _ = model(window[None, :-1])
+            logp = logits[0].double().log_softmax(-1)
+            losses.append(-logp[torch.arange(length), window[1:]].mean().item())
+    return float(np.mean(losses))
+
+
+@pytest.mark.parametrize("pos", ["rope", "alibi"])
+def test_eval_at_1x_matches_direct_computation_and_4x_is_finite(runs, data_root, tmp_path, capsys, pos):
+    out = tmp_path / "eval.json"
+    length_eval.main([str(runs / pos), "--lengths=32,128", "--json", str(out), "--plot", str(tmp_path / "e.png"),
+                      "--ckpt=last", "--max_tokens=3000", "--batch_size=5", f"--data_dir={data_root}"])
+    rows = json.loads(out.read_text())
+    assert [r["length"] for r in rows] == [32, 128]
+    assert set(rows[0]) == {"run", "attention", "pos_encoding", "block_size", "length", "val_loss"}
+    assert rows[0]["pos_encoding"] == pos and rows[0]["block_size"] == 32
+    assert rows[0]["val_loss"] == pytest.approx(direct_loss(runs / pos, data_root, 32, 3000), abs=1e-5)
+    assert math.isfinite(rows[1]["val_loss"]) and rows[1]["val_loss"] < math.log(65) + 1
+    assert f"| {pos} |" in capsys.readouterr().out
+    assert (tmp_path / "e.png").stat().st_size > 1000
+
+
+def test_learned_positions_are_na_beyond_block_size(runs, data_root, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    length_eval.main([str(runs / "learned"), "--lengths=16,64", "--json", str(out), "--plot", str(tmp_path / "e.png"),
+                      "--max_tokens=2000", f"--data_dir={data_root}"])
+    rows = json.loads(out.read_text())
+    assert rows[0]["val_loss"] is not None and rows[1]["val_loss"] is None
+    table = capsys.readouterr().out
+    assert "n/a (1)" in table and "(1) learned positions stop at block_size=32" in table
+    r = subprocess.run([sys.executable, "eval.py", str(runs / "learned"), "--lengths=64,128",
+                        f"--data_dir={data_root}", "--plot", str(tmp_path / "never.png")],
+                       cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "block_size=32" in r.stderr
+    assert not (tmp_path / "never.png").exists()
+
+
+def test_longctx_benchmark_runs_tiny(tmp_path):
+    out = tmp_path / "lc.json"
+    r = subprocess.run([sys.executable, "bench.py", "--suite=longctx", "config/mha.py", "config/gla.py", "--quick",
+                        "--train_lens=32,64", "--contexts=16,48", "--json", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())
+    assert [row["variant"] for row in rows] == ["mha", "gla"]
+    for row in rows:
+        assert [e["T"] for e in row["train"]] == [32, 64] and all(e["tokens_per_sec"] > 0 for e in row["train"])
+        assert [e["context"] for e in row["decode"]] == [16, 48]
+    mha, gla = rows
+    # MHA's cache grows with the context (2 x n_embd fp32 per token per layer, 1 layer); GLA's is its state
+    assert mha["decode"][1]["cache_bytes"] - mha["decode"][0]["cache_bytes"] == 32 * 2 * 32 * 4
+    assert gla["decode"][0]["cache_bytes"] == gla["decode"][1]["cache_bytes"] == gla["cache_state_bytes"] > 0
+    assert "(constant state)" in r.stdout
+    assert sum(line.startswith("| ") for line in r.stdout.splitlines()) == 3  # header + 2 variants

@@ -1,0 +1,128 @@
+"""sweep.py trains config x seed, skips and resumes on a re-run; compare.py groups seeds (mean ± std)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import compare
+from helpers import ROOT
+
+TINY = ["--device=cpu", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=32", "--batch_size=8",
+        "--eval_iters=5", "--eval_interval=10", "--log_interval=10", "--warmup_iters=5", "--learning_rate=1e-2"]
+
+
+def sweep_cmd(data_root, out, configs=("config/mha.py", "config/gqa.py"), seeds="1,2", max_iters=20):
+    return [sys.executable, "sweep.py", *configs, f"--seeds={seeds}", f"--out={out}", f"--data_dir={data_root}",
+            *TINY, f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}"]
+
+
+def cell_mean_std(report, config, column):
+    """(mean, std) parsed from the report row of `config`, column index after the config name."""
+    row = next(line for line in report.splitlines() if line.startswith(f"| {config} |"))
+    cell = row.split("|")[1 + column].strip()
+    mean, std = cell.split(" ± ")
+    return float(mean), (None if std == "-" else float(std))
+
+
+def test_sweep_trains_each_run_once_and_reports_seed_statistics(data_root, tmp_path):
+    out = tmp_path / "sw"
+    r = subprocess.run(sweep_cmd(data_root, out), cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    runs = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert runs == ["gqa-s1", "gqa-s2", "mha-s1", "mha-s2"]
+    progress = [line for line in r.stdout.splitlines() if line.startswith("[")]
+    assert len(progress) == 4 and all("run ETA" in line and "sweep ETA" in line for line in progress)
+    report = (out / "report.md").read_text()
+    for config in ("mha", "gqa"):
+        best = [json.loads((out / f"{config}-s{s}" / "summary.json").read_text())["best_val_loss"] for s in (1, 2)]
+        assert best[0] != best[1]  # the seeds differ, so the std has something to measure
+        mean, std = cell_mean_std(report, config, 5)
+        assert mean == pytest.approx(np.mean(best), abs=1e-4) and std == pytest.approx(np.std(best, ddof=1), abs=1e-4)
+        assert f"| {config} | 2 |" in report
+    assert (out / "report.png").stat().st_size > 1000
+
+    mtimes = {p: os.path.getmtime(p) for p in out.glob("*/ckpt.pt")}
+    assert len(mtimes) == 4
+    r2 = subprocess.run(sweep_cmd(data_root, out), cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r2.returncode == 0, r2.stderr
+    assert r2.stdout.count("skipped") == 4 and "training" not in r2.stdout
+    assert {p: os.path.getmtime(p) for p in out.glob("*/ckpt.pt")} == mtimes
+    assert (out / "report.md").read_text() == report
+
+
+def test_killed_sweep_completes_when_rerun(data_root, tmp_path):
+    out = tmp_path / "sw"
+    cmd = sweep_cmd(data_root, out, configs=("config/mha.py",), seeds="1,2", max_iters=60)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ckpt, deadline = out / "mha-s1" / "ckpt.pt", time.time() + 120
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # mid-run: the first checkpoint (iteration 10 of 60) is on disk
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not (out / "mha-s2").exists()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "mha-s1: resuming" in r.stdout and "mha-s2: training" in r.stdout
+    for seed in (1, 2):
+        summary = json.loads((out / f"mha-s{seed}" / "summary.json").read_text())
+        assert summary["iters"] == 60 and summary.get("finished", True)
+    assert "--init_from=resume" in (out / "mha-s1" / "train.log").read_text()
+    assert "| mha | 2 |" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("extra, words", [(["--n_embd=33"], "n_embd"), (["--no_such_key=1"], "no_such_key"),
+                                          (["--seed=3"], "seeds")])
+def test_sweep_refuses_bad_input_before_training(data_root, tmp_path, capsys, extra, words):
+    import sweep
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(sweep_cmd(data_root, tmp_path / "sw")[2:] + extra)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and words in err
+    assert not (tmp_path / "sw").exists()
+
+
+def write_run(folder, best, final, attention="mha", state_bytes=0, torn=False):
+    folder.mkdir(parents=True)
+    summary = {"attention": attention, "pos_encoding": "rope", "params": 800_000, "best_val_loss": best,
+               "final_val_loss": final, "iters": 100, "tokens_per_sec": 1000.0, "peak_mem_bytes": 2 ** 30,
+               "kv_cache_bytes_per_token": 0 if state_bytes else 4096, "cache_state_bytes": state_bytes,
+               "wall_s": 10.0}
+    (folder / "summary.json").write_text(json.dumps(summary))
+    lines = [json.dumps({"iter": i, "val_loss": final + 1 - i / 100, "elapsed_s": i / 10.0}) for i in (0, 50, 100)]
+    (folder / "log.jsonl").write_text("\n".join(lines) + ("\n{\"iter\": 15" if torn else "\n"))
+
+
+def test_compare_groups_seeds_and_marks_differences_beyond_noise(tmp_path):
+    losses = {"ref": [1.0, 1.1, 1.2], "far": [1.5, 1.6, 1.7], "near": [1.12, 1.08, 1.16]}
+    for name, values in losses.items():
+        for seed, best in enumerate(values, 1):
+            write_run(tmp_path / f"{name}-s{seed}", best, best + 0.01, torn=seed == 2)
+    write_run(tmp_path / "gla-single", 1.3, 1.31, attention="gla", state_bytes=65536)
+    dirs = [str(tmp_path / f"{n}-s{s}") for n in losses for s in (1, 2, 3)] + [str(tmp_path / "gla-single")]
+    compare.main([*dirs, "--out", str(tmp_path / "rep")])
+    report = (tmp_path / "rep" / "report.md").read_text()
+    ref = np.array(losses["ref"])
+    for name, values in losses.items():
+        v = np.array(values)
+        mean, std = cell_mean_std(report, name, 5)
+        assert (mean, std) == (pytest.approx(v.mean(), abs=5e-5), pytest.approx(v.std(ddof=1), abs=5e-5))
+        final_mean, _ = cell_mean_std(report, name, 6)
+        assert final_mean == pytest.approx(v.mean() + 0.01, abs=5e-5)
+        if name == "ref":
+            continue
+        pooled = np.sqrt((2 * v.var(ddof=1) + 2 * ref.var(ddof=1)) / 4)
+        row = next(line for line in report.splitlines() if line.startswith(f"| {name} |"))
+        delta = row.split("|")[8].strip()
+        assert delta.startswith(f"{v.mean() - ref.mean():+.4f}")
+        assert delta.endswith("*") == (abs(v.mean() - ref.mean()) > 2 * pooled)
+    assert "*" in report.split("| far |")[1].splitlines()[0] and "*" not in report.split("| near |")[1].splitlines()[0]
+    gla = next(line for line in report.splitlines() if line.startswith("| gla-single |"))
+    assert "| 1 |" in gla and "1.3000 ± -" in gla and "65,536" in gla  # one run: no std; GLA's state shown
+    assert re.search(r"2 x the pooled std", report)
