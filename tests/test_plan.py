@@ -18,8 +18,9 @@ from helpers import ROOT
 from model import GPT, GPTConfig
 from settings import MODEL_KEYS, parse_keys
 
+NOT_VARIANTS = ("base", "gpt2", "finetune", "uptrain")  # bases, GPT-2-sized and pretrained runs (as bench.py)
 VARIANT_CONFIGS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "config/*.py"))
-                         if "base" not in p and "gpt2" not in p)
+                         if not any(word in p for word in NOT_VARIANTS))
 SEVEN_B = ["--n_layer=32", "--n_head=32", "--n_embd=4096", "--block_size=4096"]
 
 
