@@ -31,9 +31,12 @@ def strict(value):
     return value
 
 
-def write_json_atomic(obj, path):
-    text = json.dumps(strict(obj), indent=2, allow_nan=False) + "\n"
+def write_text_atomic(text, path):
     save_atomic(text, path, writer=lambda t, f: f.write(t.encode()))
+
+
+def write_json_atomic(obj, path):
+    write_text_atomic(json.dumps(strict(obj), indent=2, allow_nan=False) + "\n", path)
 
 
 def cut_log(path, last_iter):
@@ -49,7 +52,7 @@ def cut_log(path, last_iter):
                 continue  # a line torn by a kill
             if isinstance(record, dict) and record.get("iter", math.inf) <= last_iter:
                 kept.append(json.dumps(record) + "\n")
-    save_atomic("".join(kept), path, writer=lambda t, f: f.write(t.encode()))
+    write_text_atomic("".join(kept), path)
 
 
 def peak_memory_bytes(device_type):

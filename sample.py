@@ -23,6 +23,7 @@ from checkpoint import (
     run_checkpoint_path,
 )
 from configurator import fail
+from settings import resolve_device
 from tokenizer import TokenizerError, load_tokenizer
 
 
@@ -131,16 +132,17 @@ def main(argv=None):
     ckpt_path = run_checkpoint_path(args.out_dir, args.ckpt)
     if not args.init_from and not os.path.exists(ckpt_path):
         fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        fail(f"--device={device} but CUDA is not available; use --device=cpu")
     start = read_prompt(args.start)
-    try:  # every problem with the checkpoint, the prompt or the flags: one line, before any work
+    try:  # every problem with the device, checkpoint, prompt or flags: one line, before any work
+        device = resolve_device(args.device)
         model, tokenizer = load_for_sampling(args, ckpt_path, device)
         prompt = tokenizer.encode(start)
+    except (TokenizerError, ValueError) as e:  # ConfigError and CheckpointError are ValueErrors
+        fail(str(e))
+    try:
         model.context_window(args.max_context or None)
-    except (TokenizerError, ValueError) as e:  # CheckpointError is a ValueError
-        fail(str(e) + (" (--max_context)" if "max_context" in str(e) else ""))
+    except ValueError as e:
+        fail(f"{e} (--max_context)")
 
     generator = torch.Generator(device=device).manual_seed(args.seed)
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]

@@ -67,7 +67,7 @@ def load_settings(argv):
                           f"must be a multiple of the {world} ranks")
     model_cfg = {k: cfg[k] for k in MODEL_KEYS}
     GPTConfig(vocab_size=1, **model_cfg)  # shapes first: a bad model config fails before the data is looked at
-    device = resolve_device(tc.device)
+    tc.device = device = resolve_device(tc.device)  # resolved once: later steps read tc.device
     tc.dtype = resolve_dtype(tc.dtype, device)
     check_impl_runs_on(cfg["attn_impl"], device.split(":")[0])
     meta = check_data(tc)
@@ -120,7 +120,7 @@ class Dist:
 
 
 def setup_distributed(tc: TrainConfig) -> Dist:
-    device = resolve_device(tc.device)
+    device = tc.device  # resolved by load_settings
     if int(os.environ.get("RANK", -1)) == -1:  # not launched by torchrun
         return Dist(device)
     from torch.distributed import init_process_group
@@ -268,9 +268,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return X, Y, n_batch, loss.detach() * tc.gradient_accumulation_steps, grad_norm
 
-    def save(self):
+    def save(self, best=False):
         """Every rank calls it (under FSDP the full tensors are gathered); rank 0 writes
-        ckpt.pt, and best.pt too when this iteration's evaluation is the best so far."""
+        ckpt.pt, and best.pt too when best (this iteration's evaluation is the best so far)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
         model_sd, optim_sd = get_state_dict(self.raw, self.optimizer,
                                             options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -278,7 +278,7 @@ class Trainer:
             return
         weights = {"model": model_sd, "model_args": self.gptconf.to_dict(), "config": self.flat_cfg,
                    "meta": self.meta, "iter_num": self.iter_num, "best_val_loss": self.best_val_loss}
-        if self.last_val is not None and self.last_val <= self.best_val_loss and self.evaluated_at == self.iter_num:
+        if best:
             save_atomic(weights, os.path.join(self.tc.out_dir, "best.pt"))
         progress = {"wall_s": self.elapsed(), "train_time_s": self.train_time, "train_tokens": self.train_tokens,
                     "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val}
@@ -324,7 +324,7 @@ class Trainer:
             self.wandb.log(record, step=self.iter_num)
         improved = losses["val"] <= self.best_val_loss
         if self.iter_num > 0 and (self.tc.always_save_checkpoint or improved):
-            self.save()
+            self.save(best=improved)
         self.write_summary(finished=False)
 
 
