@@ -105,25 +105,25 @@ def bench_step(args):
             for name, t in times.items()]
 
 
-def decode_table(rows, contexts):
-    by = {(r["variant"], r["context"]): r for r in rows}
+def variant_table(rows, key, values, headers, cells):
+    """Rows keyed by (variant, key) -> one markdown line per value of key, the variants across:
+    headers(name) and cells(row) give each variant's column titles and cell texts."""
+    by = {(r["variant"], r[key]): r for r in rows}
     names = sorted({r["variant"] for r in rows}, key=list(VARIANTS).index)
-    out = ["| context | " + " | ".join(f"{n} ms/token | {n} cache" for n in names) + " |",
-           "| ---: | " + " | ".join("---: | ---:" for _ in names) + " |"]
-    for L in contexts:
-        cells = [f"{by[n, L]['ms_per_token']:.2f} | {fmt_bytes(by[n, L]['cache_bytes'])}" for n in names]
-        out.append(f"| {L} | " + " | ".join(cells) + " |")
+    titles = [h for n in names for h in headers(n)]
+    out = [f"| {key} | " + " | ".join(titles) + " |", "| ---: | " + " | ".join("---:" for _ in titles) + " |"]
+    for value in values:
+        out.append(f"| {value} | " + " | ".join(c for n in names for c in cells(by[n, value])) + " |")
     return "\n".join(out)
+
+
+def decode_table(rows, contexts):
+    return variant_table(rows, "context", contexts, lambda n: (f"{n} ms/token", f"{n} cache"),
+                         lambda r: (f"{r['ms_per_token']:.2f}", fmt_bytes(r["cache_bytes"])))
 
 
 def train_table(rows, lens):
-    by = {(r["variant"], r["T"]): r for r in rows}
-    names = sorted({r["variant"] for r in rows}, key=list(VARIANTS).index)
-    out = ["| T | " + " | ".join(f"{n} tok/s" for n in names) + " |",
-           "| ---: | " + " | ".join("---:" for _ in names) + " |"]
-    for T in lens:
-        out.append(f"| {T} | " + " | ".join(f"{by[n, T]['tokens_per_sec']:,.0f}" for n in names) + " |")
-    return "\n".join(out)
+    return variant_table(rows, "T", lens, lambda n: (f"{n} tok/s",), lambda r: (f"{r['tokens_per_sec']:,.0f}",))
 
 
 def main(argv=None):
