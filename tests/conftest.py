@@ -28,6 +28,9 @@ def data_root(tmp_path_factory):
            "--out_dir", str(root / "shakespeare_char")]
     if os.environ.get("TINYSHAKESPEARE_INPUT"):
         cmd += ["--input", os.environ["TINYSHAKESPEARE_INPUT"]]
-    subprocess.run(cmd, check=True, capture_output=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:  # the script's own line, not a CalledProcessError, once per test that needs it
+        pytest.fail(f"{r.stderr.strip()} (offline: export TINYSHAKESPEARE_INPUT=/path/to/input.txt)",
+                    pytrace=False)
     return root
 
