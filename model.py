@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention import VARIANTS, build_attention, variant_class
+from attention import EXCLUSIVE_KEYS, VARIANTS, build_attention, variant_class
 from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
 from attention.positional import sinusoidal_encoding
 
@@ -51,13 +51,13 @@ class GPTConfig:
     v_head_dim: int = 0           # per-head value dims (what c_proj reads, H * v_head_dim); 0 = qk_nope_head_dim
     mla_latent_norm: bool = True  # RMSNorm on the latent c_kv (DeepSeek-V2); off in conversions from MHA
     mla_decode: str = "absorbed"  # absorbed (cache only the latent) | expanded (cache per-head K/V)
-    # --- BigBird block-sparse (attention/sparse.py) ---
+    # --- BigBird block-sparse (attention/bigbird.py) ---
     sparse_block: int = 16        # tokens per block
     sparse_window: int = 3        # blocks back, including the diagonal block
     sparse_global: int = 1        # first blocks every query attends to
     sparse_random: int = 1        # random earlier blocks per query block
     sparse_seed: int = 0          # seed of the random blocks (the layout is saved with the model)
-    # --- gated linear attention (attention/linear.py) ---
+    # --- gated linear attention (attention/gla.py) ---
     gla_gate: str = "data"        # data (GLA's data-dependent decay) | none (plain linear attention)
     gla_feature_map: str = "identity"  # identity (GLA) | elu (elu + 1)
     gla_chunk: int = 64           # chunk length of the chunked parallel form
@@ -82,14 +82,9 @@ class GPTConfig:
             raise ValueError(f"unknown gelu_approximate={self.gelu_approximate!r}; choose none or tanh")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
-        if self.attention != "mla" and (self.qk_nope_head_dim or self.v_head_dim):
-            raise ValueError("qk_nope_head_dim and v_head_dim are MLA keys; leave them 0 with "
-                             f"attention={self.attention} (its head dim is n_embd // n_head)")
-        free_head_dims = self.attention == "mla" and self.qk_nope_head_dim > 0
-        if self.n_embd % self.n_head and not free_head_dims:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if self.pos_encoding == "rope" and self.attention != "mla" and (self.n_embd // self.n_head) % 2:
-            raise ValueError(f"RoPE needs an even head dim, got {self.n_embd // self.n_head}; change n_embd or n_head")
+        for key, owner in EXCLUSIVE_KEYS.items():  # another variant's shape keys would be silently ignored
+            if self.attention != owner and getattr(self, key) != getattr(GPTConfig, key):
+                raise ValueError(f"{key} is an attention={owner} key; leave it unset with attention={self.attention}")
         variant = variant_class(self.attention)
         if self.n_kv_head == 0:
             self.n_kv_head = variant.default_n_kv_head(self)
@@ -147,14 +142,6 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-
-    @classmethod
-    def from_pretrained(cls, name_or_dir, **overrides):
-        """GPT-2's weights: a hub name (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a folder with its
-        config.json and model.safetensors; overrides such as attention="gqa", n_kv_head=4 or
-        attention="mla", kv_lora_rank=256 convert its attention (pretrained.py). ValueError, one line."""
-        from pretrained import load_gpt2
-        return load_gpt2(name_or_dir, **overrides)
 
     def _init_weights(self, module):
         if isinstance(module, nn.Linear):

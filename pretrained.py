@@ -1,9 +1,10 @@
 """Start from OpenAI's GPT-2: load its weights into GPT, optionally converting its MHA to GQA, MQA or MLA.
 
-    GPT.from_pretrained("gpt2")                                    # 124M, from the Hugging Face hub
-    GPT.from_pretrained("path/to/folder")                          # config.json + model.safetensors
-    GPT.from_pretrained("gpt2", attention="gqa", n_kv_head=4)      # mean-pooled K/V heads
-    GPT.from_pretrained("gpt2", attention="mla", kv_lora_rank=256) # K/V through an SVD latent
+    from pretrained import from_pretrained
+    from_pretrained("gpt2")                                    # 124M, from the Hugging Face hub
+    from_pretrained("path/to/folder")                          # config.json + model.safetensors
+    from_pretrained("gpt2", attention="gqa", n_kv_head=4)      # mean-pooled K/V heads
+    from_pretrained("gpt2", attention="mla", kv_lora_rank=256) # K/V through an SVD latent
 
 GPT-2 is this repo's GPT with pos_encoding=learned, bias=True, gelu_approximate=tanh and
 LayerNorm eps 1e-5; its module names are ours too. Its Conv1D layers store weights as
@@ -208,7 +209,7 @@ def target_config(source: dict, overrides: dict) -> GPTConfig:
 def overrides_from_keys(keys: dict, explicit=None) -> dict:
     """The model keys a parsed run asks of the pretrained model. keys: settings.parse_keys(argv, explicit)
     (every key, defaults included); explicit: the keys the user set there. Without explicit, the
-    model keys that differ from GPTConfig's defaults. load_gpt2 refuses, in one line, those that
+    model keys that differ from GPTConfig's defaults. from_pretrained refuses, in one line, those that
     would change anything but OVERRIDABLE."""
     defaults = {f.name: f.default for f in fields(GPTConfig)}
     if explicit is not None:
@@ -218,11 +219,11 @@ def overrides_from_keys(keys: dict, explicit=None) -> dict:
 
 def pretrained_config(name_or_dir, **overrides) -> GPTConfig:
     """The (converted) model's GPTConfig from config.json alone: for checking a run's settings
-    before the weights are fetched (train.py's settings step); the same refusals as load_gpt2."""
+    before the weights are fetched (train.py's settings step); the same refusals as from_pretrained."""
     return target_config(gpt2_config(pretrained_file(name_or_dir, "config.json")), overrides)
 
 
-def load_gpt2(name_or_dir, **overrides) -> GPT:
+def from_pretrained(name_or_dir, **overrides) -> GPT:
     """GPT with GPT-2's weights, converted to overrides['attention'] when asked (see the module docstring)."""
     source = gpt2_config(pretrained_file(name_or_dir, "config.json"))
     config = target_config(source, overrides)   # every refusal before the weights are fetched

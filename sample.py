@@ -15,16 +15,18 @@ import time
 import torch
 
 from attention import check_impl_runs_on
-from checkpoint import (
+from configurator import fail
+from pretrained import from_pretrained
+from tokenizer import TokenizerError, load_tokenizer
+from trainer.checkpoint import (
     CheckpointError,
     load_checkpoint,
     model_config_from_checkpoint,
     model_from_checkpoint,
     run_checkpoint_path,
 )
-from configurator import fail
-from settings import resolve_device
-from tokenizer import TokenizerError, load_tokenizer
+from trainer.settings import resolve_device
+from trainer.threads import use_cpu_threads
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,12 +54,16 @@ def parse_args(argv=None):
     ap.add_argument("--top_p", type=float, default=1.0, help="nucleus sampling; 1 = off")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="CPU threads; 0 = the visible cores less the processes running now (OMP_NUM_THREADS kept)")
     ap.add_argument("--attn_impl", default=None, help="override the checkpoint's attn_impl")
     ap.add_argument("--max_context", type=int, default=0,
                     help="tokens kept while decoding (RoPE/ALiBi/none slide past it; linear "
                          "attention's state keeps everything, so it only crops the prompt); 0 = block_size")
     ap.add_argument("--no_cache", action="store_true", help="recompute the whole context every step")
     args = ap.parse_args(argv)
+    if args.threads < 0:
+        ap.error("--threads must be at least 0 (0 = choose from the free cores)")
     if args.num_samples < 1 or args.max_new_tokens < 1:
         ap.error("--num_samples and --max_new_tokens must be at least 1")
     if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_context < 0:
@@ -69,11 +75,10 @@ def parse_args(argv=None):
 
 def load_pretrained(args, device):
     """(GPT-2 model, its tokenizer), converted as the flags ask; ValueError with one line."""
-    from model import GPT
     check_impl_runs_on(args.attn_impl or "auto", torch.device(device).type)
     asked = {"attention": args.attention, "n_kv_head": args.n_kv_head, "kv_lora_rank": args.kv_lora_rank,
              "attn_impl": args.attn_impl}
-    model = GPT.from_pretrained(args.init_from, **{k: v for k, v in asked.items() if v is not None})
+    model = from_pretrained(args.init_from, **{k: v for k, v in asked.items() if v is not None})
     tokenizer = load_tokenizer({"tokenizer": "tiktoken:gpt2"})
     if model.config.vocab_size < tokenizer.enc.n_vocab:
         raise ValueError(f"{args.init_from} has vocab_size={model.config.vocab_size}, fewer than the "
@@ -144,6 +149,9 @@ def main(argv=None):
     except ValueError as e:
         fail(f"{e} (--max_context)")
 
+    threads, why = use_cpu_threads(args.threads, device)
+    if device.startswith("cpu"):
+        print(f"cpu threads: {threads} ({why})", file=sys.stderr)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     x = torch.tensor(prompt, dtype=torch.long, device=device)[None, :]
     for s in range(args.num_samples):

@@ -23,12 +23,18 @@ from dataclasses import dataclass
 import torch
 
 from attention import check_impl_runs_on
-from batches import Batches, check_token_files
-from checkpoint import CheckpointError, load_checkpoint, model_config_from_checkpoint, remove_stale_tmp, save_atomic
 from configurator import ConfigError, fail
 from model import GPT, GPTConfig
-from pretrained import OVERRIDABLE, overrides_from_keys, pretrained_config
-from runfiles import (
+from pretrained import OVERRIDABLE, from_pretrained, overrides_from_keys, pretrained_config
+from trainer.batches import Batches, check_token_files
+from trainer.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    model_config_from_checkpoint,
+    remove_stale_tmp,
+    save_atomic,
+)
+from trainer.runfiles import (
     BadStepWatch,
     NonFinite,
     RunLock,
@@ -38,7 +44,7 @@ from runfiles import (
     peak_memory_bytes,
     write_json_atomic,
 )
-from settings import (
+from trainer.settings import (
     MODEL_KEYS,
     RESUME_MAY_CHANGE,
     TRAIN_KEYS,
@@ -50,6 +56,7 @@ from settings import (
     resolve_dtype,
     train_help,
 )
+from trainer.threads import use_cpu_threads
 
 RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss")
 
@@ -143,7 +150,7 @@ def build_model(tc, gptconf, dist, checkpoint, ptdtype):
     if tc.init_from in ("scratch", "resume"):
         raw = GPT(gptconf).to(dist.device)
     else:  # the same conversion load_settings checked, now with the weights
-        raw = GPT.from_pretrained(tc.init_from, **{k: getattr(gptconf, k) for k in OVERRIDABLE}).to(dist.device)
+        raw = from_pretrained(tc.init_from, **{k: getattr(gptconf, k) for k in OVERRIDABLE}).to(dist.device)
     raw.n_params = raw.num_params()  # before sharding: counts whole tensors
     if dist.strategy == "fsdp":
         shard_model(raw, ptdtype)
@@ -318,6 +325,7 @@ class Trainer:
                 "train_time_s": self.train_time, "peak_mem_bytes": peak_memory_bytes(self.device_type),
                 "kv_cache_bytes_per_token": self.kv_bytes, "cache_state_bytes": self.raw.cache_state_elems() * 4,
                 "wall_s": self.elapsed(), "device": self.dist.device, "dtype": self.tc.dtype,
+                "threads": torch.get_num_threads(),
                 "dataset": self.tc.dataset, "seed": self.tc.seed,
                 "attn_impl": self.raw.attn_impl_report(), "finished": finished, "stopped": stopped}
 
@@ -461,6 +469,9 @@ def open_run_files(trainer):
 def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
     """Train (or evaluate); returns the exit status (0, 3 or 128 + signal)."""
     dist = setup_distributed(tc)
+    threads, why = use_cpu_threads(tc.threads, dist.device)
+    if dist.master and dist.device.startswith("cpu"):
+        print(f"cpu threads: {threads} ({why})")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     try:

@@ -1,16 +1,17 @@
 """Registry of attention variants: config.attention -> the class that implements it.
 
-Where each variant lives (file names are historical; this table is the map):
+Where each variant lives (a file is named after the attention= value it serves):
 
     attention=      layer (wiring)                           kernel (Triton)        PyTorch math
     mha, gqa, mqa   attention/mha.py   MultiHeadAttention        kernels/flash_attn.py  attention/base.py attend
     mla             attention/mla.py   MultiHeadLatentAttention  kernels/flash_attn.py  attention/base.py attend
-    bigbird         attention/sparse.py BlockSparseAttention     kernels/flash_attn.py  attention/sparse.py
-    gla             attention/linear.py GatedLinearAttention     kernels/gla.py         kernels/gla_reference.py
+    bigbird         attention/bigbird.py BlockSparseAttention    kernels/flash_attn.py  attention/bigbird.py
+    gla             attention/gla.py   GatedLinearAttention      kernels/gla.py         kernels/gla_chunked.py
 
 Shared: attention/base.py (the interface, the QKV projection, `attend`), attention/dispatch.py
 (which implementation runs: `choose_impl`, `check_impl_runs_on`), attention/cache.py,
-attention/positional.py; kernels/reference.py and kernels/gla_reference.py hold the references.
+attention/positional.py, attention/record.py (analyze.py's hook); kernels/reference.py holds the
+references the kernels are tested against.
 
 Entries are "module:Class" strings imported on first use, so a variant's module is loaded only
 when a config asks for it. To add a variant: write a subclass of attention.base.Attention (its
@@ -25,9 +26,13 @@ VARIANTS = {
     "gqa": "attention.mha:MultiHeadAttention",
     "mqa": "attention.mha:MultiHeadAttention",
     "mla": "attention.mla:MultiHeadLatentAttention",
-    "bigbird": "attention.sparse:BlockSparseAttention",
-    "gla": "attention.linear:GatedLinearAttention",
+    "bigbird": "attention.bigbird:BlockSparseAttention",
+    "gla": "attention.gla:GatedLinearAttention",
 }
+
+# Keys one variant alone reads that change its shapes: GPTConfig.validate refuses them, set away
+# from their defaults, under any other attention (they would be silently ignored there).
+EXCLUSIVE_KEYS = {"qk_nope_head_dim": "mla", "v_head_dim": "mla"}
 
 
 def variant_class(name: str):

@@ -6,7 +6,10 @@ on `Attention` (the ones without a default must be written by every variant):
     default_n_kv_head(config) -> int  classmethod: KV heads when n_kv_head is 0 (unset).
                                       Default n_head.
     check_config(config)              classmethod: one-line ValueError for settings the variant
-                                      cannot take; may fill in its own keys. Default: none.
+                                      cannot take, and it fills in its own keys' defaults in
+                                      place (GPTConfig.validate calls it for the chosen variant
+                                      only, so no caller needs to know which keys a variant
+                                      reads). Default: the n_embd // n_head head-dim rules.
     forward(x, pos, cache=None) -> y  x, y: (B, T, C); pos: (T,) absolute positions. Required.
     init_cache(batch_size, max_len, device, dtype) -> a cache from attention/cache.py, which
                                       advances itself when updated. Required.
@@ -19,21 +22,25 @@ on `Attention` (the ones without a default must be written by every variant):
                                       softmax over all seq_len keys.
     kernel_cases() -> {path: (kernel module, supports() arguments)}: the Triton kernel each path
                                       of the forward may hand work to; attention/dispatch.py
-                                      decides from it what runs (`impl(device, path)`).
+                                      decides from it what runs (`impl(device, path)`). A path
+                                      that calls `attend(keep=...)` says masked=True: the flash
+                                      kernel takes no element mask, so dispatch picks PyTorch
+                                      (and `attend` refuses a keep mask with impl="triton").
 
 `attend` is the single softmax-attention routine that all softmax variants call:
 positions decide causality and ALiBi, so the same call serves training (pos = 0..T-1),
 prefill against a cache and one-token decoding.
 
-`record_attention` is a recording hook for analyze.py (see there): off by default.
+attention/record.py holds the recording hook analyze.py reads: off by default, when `attend`
+pays one `is None` check for it.
 """
-import contextlib
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attention import record
 from attention.cache import KVCache
 from attention.dispatch import ATTN_IMPLS, check_impl_runs_on, choose_impl  # noqa: F401  (public here too)
 from attention.positional import alibi_bias, alibi_slopes, apply_rope, rope_cos_sin
@@ -50,7 +57,13 @@ class Attention(nn.Module):
 
     @classmethod
     def check_config(cls, config):
-        pass
+        """The head dim n_embd // n_head: n_embd divisible by n_head, and even under RoPE. A variant
+        with its own rules overrides this and calls it (super()) unless it sets its own head dims."""
+        if config.n_embd % config.n_head:
+            raise ValueError(f"n_embd={config.n_embd} is not divisible by n_head={config.n_head}")
+        if config.pos_encoding == "rope" and (config.n_embd // config.n_head) % 2:
+            raise ValueError(f"RoPE needs an even head dim, got {config.n_embd // config.n_head}; "
+                             "change n_embd or n_head")
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cache=None) -> torch.Tensor:
         raise NotImplementedError
@@ -174,11 +187,14 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
     Returns (B, H, Tq, Dv).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    if _recording is not None:
-        return _recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p)
+    if record.state is not None:  # analyze.py is recording: plain math that keeps the probabilities
+        return record.recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p)
     # The kernel aligns causality bottom-right, which is what positions mean here: the
     # keys of a cache are contiguous and end at the last query.
     if impl == "triton":  # attention/dispatch.py chose it: no keep mask, no dropout
+        if keep is not None:  # the kernel would drop it: a silently wrong result on CUDA only
+            raise ValueError("attend: keep= cannot run on the flash kernel, which takes no element mask; declare "
+                             "masked=True in the layer's kernel_cases so that dispatch picks PyTorch")
         from kernels.flash_attn import flash_attention
         return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes)
 
@@ -224,49 +240,3 @@ def _naive_attention(q, k, v, allowed, bias, scale, dropout_p):
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p).to(v.dtype)
     return (probs @ v.unsqueeze(2)).reshape(B, H, Tq, -1)
-
-
-# ---- recording hook for analyze.py: while off, `attend` pays one `is None` check ----
-_recording = None   # {"records": [...], "force_uniform": bool} while record_attention is active
-
-
-@contextlib.contextmanager
-def record_attention(force_uniform: bool = False):
-    """Record what every attention layer attends to, in call order (one entry per layer and
-    forward). While active, `attend` takes the plain path below whatever attn_impl says:
-    explicit fp32 scores, softmax, probs @ v, and appends
-        {"probs": (B, H, Tq, Tk) fp32, "allowed": (Tq, Tk) or (H, Tq, Tk) bool, "q_pos", "k_pos"}
-    (the probabilities it used for its output); layers without a softmax call `record_linear`.
-    force_uniform=True is a test hook: every query spreads its weight evenly over the keys it
-    may see (scores all zero), which is the baseline the analysis compares against."""
-    global _recording
-    previous, _recording = _recording, {"records": [], "force_uniform": force_uniform}
-    try:
-        yield _recording["records"]
-    finally:
-        _recording = previous
-
-
-def record_linear(q, k, g, pos, scale):
-    """Gated linear attention's hook: store its q (B, H, T, D), k and log-decay g (B, Hkv, T, D)
-    (g None: no decay) when recording; analyze.py derives each past token's weight from them."""
-    if _recording is not None:
-        _recording["records"].append({"q": q.detach().float(), "k": k.detach().float(), "pos": pos, "scale": scale,
-                                      "g": None if g is None else g.detach().float()})
-
-
-def _recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p):
-    """`attend` in plain math, keeping the probabilities (see record_attention)."""
-    G = q.size(1) // k.size(1)
-    k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)   # a KV head per query head
-    allowed = k_pos[None, :] <= q_pos[:, None]
-    if keep is not None:
-        allowed = allowed & keep
-    scores = (q.float() @ k.float().transpose(-1, -2)) * scale          # (B, H, Tq, Tk)
-    if _recording["force_uniform"]:
-        scores = torch.zeros_like(scores)
-    elif alibi_slopes is not None:
-        scores = scores + alibi_bias(alibi_slopes, q_pos, k_pos)
-    probs = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
-    _recording["records"].append({"probs": probs.detach(), "allowed": allowed, "q_pos": q_pos, "k_pos": k_pos})
-    return (F.dropout(probs, p=dropout_p) @ v.float()).to(v.dtype)

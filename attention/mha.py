@@ -15,6 +15,7 @@ class MultiHeadAttention(QKVAttention):
     @classmethod
     def check_config(cls, config):
         """attention= names how many KV heads: mha all, mqa one, gqa a divisor in between."""
+        super().check_config(config)
         H, Hkv = config.n_head, config.n_kv_head
         if config.attention == "mha" and Hkv != H:
             raise ValueError(f"attention=mha means n_kv_head = n_head = {H}, got {Hkv}; use attention=gqa")

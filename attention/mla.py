@@ -41,7 +41,7 @@ Biases (bias=True) follow DeepSeek-V2's attention_bias: on the projections that 
 (q_down, kv_down) and on c_proj; the up-projections q_up, k_up and v_up have none, so
 absorbing k_up and v_up is a plain matrix product. One deviation: with q_lora_rank = 0 the
 full q_proj, which reads x, has a bias too (DeepSeek-V2's has none), so that a converted
-MHA model (model.from_pretrained) keeps its query bias. mla_latent_norm=False drops the
+MHA model (pretrained.from_pretrained) keeps its query bias. mla_latent_norm=False drops the
 RMSNorm on c_kv (a per-token rescaling of K and V that an MHA source does not have).
 Position encodings: rope uses the decoupled RoPE key; alibi, learned and none
 use rope_head_dim = 0 (ALiBi's bias depends only on positions, so absorption leaves it
@@ -69,7 +69,10 @@ class MultiHeadLatentAttention(Attention):
         for name in ("qk_nope_head_dim", "v_head_dim"):
             if getattr(config, name) < 0:
                 raise ValueError(f"{name}={getattr(config, name)} must be >= 0 (0 = n_embd // n_head)")
-        if config.qk_nope_head_dim == 0:
+        if config.qk_nope_head_dim == 0:  # the head dim follows n_embd (else it is free of it)
+            if config.n_embd % config.n_head:
+                raise ValueError(f"n_embd={config.n_embd} is not divisible by n_head={config.n_head}; "
+                                 "or set qk_nope_head_dim")
             config.qk_nope_head_dim = config.n_embd // config.n_head
         if config.v_head_dim == 0:
             config.v_head_dim = config.qk_nope_head_dim
@@ -194,7 +197,7 @@ class MultiHeadLatentAttention(Attention):
 
         Speed note: on CPU at batch 1 this form does ~(d_c + d_r)/(d_h + d_r) times the
         multiply-adds of the expanded one per cached token, so it saves memory, not time;
-        see python bench.py --suite=mla.
+        see python -m tools.bench --suite=mla.
         """
         H, d_c = self.n_head, self.kv_lora_rank
         w_uk = self.k_up.weight.view(H, self.qk_nope_head_dim, d_c)      # rows of head h: W_UK_h (d_h, d_c)

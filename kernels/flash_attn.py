@@ -49,11 +49,15 @@ _LN2 = tl.constexpr(0.6931471805599453)
 MAX_HEAD_DIM = 256
 
 
-def supports(head_dim_qk: int, head_dim_v: int, dropout: float = 0.0, layout_block: int | None = None):
+def supports(head_dim_qk: int, head_dim_v: int, dropout: float = 0.0, layout_block: int | None = None,
+             masked: bool = False):
     """None when flash_attention takes this case, else why not (one phrase, for logs and errors):
-    head dims up to MAX_HEAD_DIM, no dropout, a block layout's granularity a power of two >= 16."""
+    head dims up to MAX_HEAD_DIM, no dropout, no element mask (masked: the path restricts keys
+    token by token), a block layout's granularity a power of two >= 16."""
     if dropout > 0:
         return "dropout > 0"
+    if masked:
+        return "the path carries an element mask, which the kernel does not take (only block layouts)"
     if max(head_dim_qk, head_dim_v) > MAX_HEAD_DIM:
         return f"need head dims <= {MAX_HEAD_DIM}; got {head_dim_qk} (q.k) and {head_dim_v} (v)"
     if layout_block is not None and (layout_block < 16 or layout_block & (layout_block - 1)):

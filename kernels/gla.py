@@ -50,7 +50,7 @@ the inputs and outputs: b, and during each pass the states S_n (or their gradien
 
 Runs natively on CUDA tensors; on CPU tensors only under the Triton interpreter, which needs
 TRITON_INTERPRET=1 in the environment before this module is imported (kernels/env.py answers where
-the kernels can run). The same recurrence in plain PyTorch: kernels/gla_reference.py.
+the kernels can run). The same recurrence in plain PyTorch: kernels/gla_chunked.py.
 """
 import torch
 import triton
@@ -524,7 +524,7 @@ DIAG_LOOP = not interpreted()
 
 # Largest Dk block and (Dk block, Dv block) state tile of the sub-chunk kernels, by dot precision
 # (exact fp32 dots run on FMA units and need more registers than TF32 tensor-core ones): with
-# these, no sm_90 build spills registers (python -m scripts.compile_check).
+# these, no sm_90 build spills registers (python -m tools.compile_check).
 MAX_BK = {"ieee": 64, "tf32": 64}
 MAX_STATE_TILE = {"ieee": 2048, "tf32": 8192}
 
@@ -682,7 +682,7 @@ def _check(q, k, v, g, initial_state, chunk_size):
         raise ValueError(f"batch * heads = {B * H} exceeds 65535")
     if q.device.type == "cpu" and not interpreted():
         raise RuntimeError("chunk_gla on CPU tensors needs the Triton interpreter: set TRITON_INTERPRET=1 "
-                           "before importing kernels.gla, or use kernels.gla_reference.chunk_gla")
+                           "before importing kernels.gla, or use kernels.gla_chunked.chunk_gla")
 
 
 @torch.compiler.disable

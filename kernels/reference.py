@@ -3,16 +3,16 @@
 Written independently of the kernels, as the math reads:
     attention_reference   explicit score matrix, additive bias, boolean mask, softmax: O(T^2)
                           memory (kernels.flash_attn)
-    gla_reference         gated linear attention's recurrence, one token at a time: a Python loop
-                          over T (kernels.gla); it lives beside GLA's other PyTorch forms in
-                          kernels/gla_reference.py (naive_recurrent_gla) and is re-exported here
+    naive_recurrent_gla   gated linear attention's recurrence, one token at a time: a Python loop
+                          over T (kernels.gla, kernels.gla_chunked; attn_impl=naive); also
+                          named gla_reference
 Slow, meant for tests and small checks only. No Triton needed to import this module.
 """
 import math
 
 import torch
 
-from kernels.gla_reference import naive_recurrent_gla as gla_reference  # noqa: F401
+from kernels.gla_chunked import in_fp32
 
 
 def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
@@ -58,3 +58,34 @@ def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=N
     probs = torch.softmax(scores.masked_fill(~has_key, 0.0), dim=-1) * has_key
     o = torch.matmul(probs, vf).to(q.dtype)
     return (o, lse) if return_lse else o
+
+
+@in_fp32
+def naive_recurrent_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+    """The reference for kernels.gla.chunk_gla and kernels.gla_chunked.chunk_gla: the recurrence as
+    written, one token at a time, in fp32 (autocast off, so mixed precision cannot push the state into bf16),
+
+        S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t          o_t = scale * q_t S_t
+
+    q (B, H, T, Dk); k, g (B, Hkv, T, Dk); v (B, Hkv, T, Dv); H % Hkv == 0, query head h reading
+    KV head h // (H/Hkv); g None = no decay; scale None = Dk ** -0.5; initial_state (B, Hkv, Dk, Dv)
+    or None. Returns o (B, H, T, Dv) in q's dtype and the final state (fp32) or None.
+    Differentiable by autograd in q, k, v, g and initial_state.
+    """
+    B, H, T, Dk = q.shape
+    Hkv, Dv = k.size(1), v.size(-1)
+    scale = Dk ** -0.5 if scale is None else scale
+    qg = (q.float() * scale).view(B, Hkv, H // Hkv, T, Dk)  # the G query heads of each KV head
+    k, v = k.float(), v.float()
+    S = q.new_zeros(B, Hkv, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
+    outs = []
+    for t in range(T):
+        if g is not None:
+            S = g[:, :, t].float().exp()[..., None] * S
+        S = S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        outs.append(torch.einsum("bhgd,bhde->bhge", qg[:, :, :, t], S))
+    o = torch.stack(outs, dim=3).reshape(B, H, T, Dv).to(q.dtype)
+    return o, (S if output_final_state else None)
+
+
+gla_reference = naive_recurrent_gla  # the name the kernel tests use

@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import train  # noqa: E402
-from checkpoint import save_atomic  # noqa: E402
+from trainer.checkpoint import save_atomic  # noqa: E402
 
 DELAY_S = float(os.environ.get("SLOW_SAVE_S", "1.0"))
 

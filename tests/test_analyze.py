@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-import analyze
-from attention.base import record_attention
 from attention.positional import sinusoidal_encoding
+from attention.record import record_attention
 from helpers import ROOT, reference_qkv_attention, tiny_model_kwargs
-from kernels.gla_reference import naive_recurrent_gla
+from kernels.reference import naive_recurrent_gla
 from model import GPT, GPTConfig
 from test_contract import VARIANT_KWARGS
+from tools import analyze
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -221,8 +221,7 @@ def test_analyze_writes_pngs_and_json_for_every_variant(data_root, tmp_path, att
 
 
 def test_compare_positions_draws_runs_side_by_side(data_root, tmp_path):
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import compare_positions
+    from tools import compare_positions
     folders = []
     for pos_encoding in ("rope", "learned"):
         run = save_checkpoint(str(tmp_path / pos_encoding), data_root, "mha", pos_encoding)
@@ -253,13 +252,13 @@ def test_analyze_bad_input_is_one_line_and_exit_2(data_root, tmp_path, capsys, a
 @pytest.mark.parametrize("folder,words", [("empty", "not found"), ("missing", "is not a folder")])
 def test_analyze_cli_missing_checkpoint(tmp_path, folder, words):
     (tmp_path / "empty").mkdir()
-    r = subprocess.run([sys.executable, "analyze.py", str(tmp_path / folder)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "tools.analyze", str(tmp_path / folder)], cwd=ROOT,
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_recording_is_off_outside_the_context():
-    from attention import base
+    from attention import record
     with record_attention():
-        assert base._recording is not None
-    assert base._recording is None
+        assert record.state is not None
+    assert record.state is None

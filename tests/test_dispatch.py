@@ -118,3 +118,56 @@ def test_summary_json_records_what_ran_in_training(calls, data_root, tmp_path, d
     assert record["requested"] == "triton" and record["used"] == used
     assert ("dropout > 0" in (record["why"] or "")) == (used == "sdpa")
     assert (calls["flash"] > 0) == (used == "triton") and (calls["sdpa"] > 0) == (used == "sdpa")
+
+
+class _WindowAttention:
+    """A masked variant built on QKVAttention as a user would write one: each query sees its
+    last 3 keys through attend(keep=...). `declares_mask` says so in kernel_cases (or not)."""
+
+    @staticmethod
+    def make(declares_mask, **kw):
+        from attention.base import QKVAttention, attend
+
+        class Window(QKVAttention):
+            def forward(self, x, pos, cache=None):
+                q, k, v = self.project(x, pos)
+                keep = (pos[:, None] - pos[None, :]) < 3
+                return self.output(attend(q, k, v, pos, pos, keep=keep, impl=self.impl(x.device)))
+
+            def kernel_cases(self):
+                module, case = super().kernel_cases()["forward"]
+                return {"forward": (module, {**case, "masked": True} if declares_mask else case)}
+
+        cfg = GPTConfig(block_size=16, vocab_size=32, n_layer=1, n_head=2, n_embd=16, bias=False, attn_impl="triton",
+                        pos_encoding="none")
+        return Window(cfg, 0)
+
+
+@needs_kernels
+def test_a_masked_path_never_runs_the_kernel_that_drops_the_mask(calls):
+    """attn_impl=triton on a path with a keep mask: declared, dispatch picks PyTorch and says
+    why, and the output equals explicit masked attention; undeclared, attend refuses in one
+    line instead of calling the kernel (which would ignore the mask)."""
+    import math
+    torch.manual_seed(0)
+    x, pos = torch.randn(1, 8, 16, device=DEVICE), torch.arange(8, device=DEVICE)
+    layer = _WindowAttention.make(declares_mask=True).to(DEVICE)
+    y = layer(x, pos)
+    choice = layer.impl_choices(DEVICE)["forward"]
+    assert choice.used == "sdpa" and "mask" in choice.why and calls["flash"] == 0
+    # the reference: explicit scores, causal and window mask, per head
+    W = layer.c_attn.weight
+    q, k, v = (x @ W[i * 16:(i + 1) * 16].T for i in range(3))
+    i, j = pos[:, None], pos[None, :]
+    outs = []
+    for h in range(2):
+        s = q[..., h * 8:(h + 1) * 8] @ k[..., h * 8:(h + 1) * 8].transpose(-1, -2) / math.sqrt(8)
+        s = s.masked_fill(~((j <= i) & (i - j < 3)), float("-inf"))
+        outs.append(s.softmax(-1) @ v[..., h * 8:(h + 1) * 8])
+    torch.testing.assert_close(y, torch.cat(outs, -1) @ layer.c_proj.weight.T, atol=1e-5, rtol=1e-5)
+
+    undeclared = _WindowAttention.make(declares_mask=False).to(DEVICE)
+    assert undeclared.impl(DEVICE) == "triton"
+    with pytest.raises(ValueError, match="no element mask") as e:
+        undeclared(x, pos)
+    assert len(str(e.value).splitlines()) == 1 and calls["flash"] == 0

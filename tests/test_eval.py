@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-import eval as length_eval
 import train
 from helpers import ROOT, train_args
 from model import GPT, GPTConfig
+from tools import eval as length_eval
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_learned_positions_are_na_beyond_block_size(runs, data_root, tmp_path, c
     assert rows[0]["val_loss"] is not None and rows[1]["val_loss"] is None
     table = capsys.readouterr().out
     assert "n/a (1)" in table and "(1) learned positions stop at block_size=32" in table
-    r = subprocess.run([sys.executable, "eval.py", str(runs / "learned"), "--lengths=64,128",
+    r = subprocess.run([sys.executable, "-m", "tools.eval", str(runs / "learned"), "--lengths=64,128",
                         f"--data_dir={data_root}", "--plot", str(tmp_path / "never.png")],
                        cwd=ROOT, capture_output=True, text=True, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "block_size=32" in r.stderr
@@ -75,7 +75,8 @@ def test_learned_positions_are_na_beyond_block_size(runs, data_root, tmp_path, c
 
 def test_longctx_benchmark_runs_tiny(tmp_path):
     out = tmp_path / "lc.json"
-    r = subprocess.run([sys.executable, "bench.py", "--suite=longctx", "config/mha.py", "config/gla.py", "--quick",
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=longctx", "config/mha.py", "config/gla.py",
+                        "--quick",
                         "--train_lens=32,64", "--contexts=16,48", "--json", str(out)],
                        cwd=ROOT, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr

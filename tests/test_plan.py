@@ -11,12 +11,12 @@ import sys
 import pytest
 import torch
 
-import plan
-from attention.sparse import build_layout, selected_block_counts
-from bench import cache_bytes
+from attention.bigbird import build_layout, selected_block_counts
 from helpers import ROOT
 from model import GPT, GPTConfig
-from settings import MODEL_KEYS, parse_keys
+from tools import plan
+from tools.bench import cache_bytes
+from trainer.settings import MODEL_KEYS, parse_keys
 
 NOT_VARIANTS = ("base", "gpt2", "finetune", "uptrain")  # bases, GPT-2-sized and pretrained runs (as bench.py)
 VARIANT_CONFIGS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "config/*.py"))
@@ -181,7 +181,8 @@ def test_units(flag, text, value):
     (["--context=64"], "no config files"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, words):
-    r = subprocess.run([sys.executable, "plan.py", *argv], check=False, cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "tools.plan", *argv], check=False, cwd=ROOT, capture_output=True,
+                       text=True)
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.splitlines()) == 1 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert r.stdout == ""

@@ -1,4 +1,4 @@
-"""GPT.from_pretrained (pretrained.py) against Hugging Face's GPT2LMHeadModel: a random tiny GPT-2
+"""pretrained.from_pretrained against Hugging Face's GPT2LMHeadModel: a random tiny GPT-2
 saved with save_pretrained loads with the same logits and greedy tokens; GQA/MQA conversion is
 exact for identical heads in a group and the group mean otherwise; MLA conversion is exact when
 the stacked K/V map has rank <= kv_lora_rank, and its printed error matches numpy's SVD; the hub
@@ -15,6 +15,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import pretrained
 from model import GPT
+from pretrained import from_pretrained
 
 C, H, D, LAYERS = 32, 4, 8, 2     # the tiny GPT-2 below: 4 heads of 8
 
@@ -60,7 +61,7 @@ def kv_affine(c_attn):
 @pytest.mark.parametrize("activation,eps", [("gelu_new", 1e-5), ("gelu", 1e-3)])
 def test_logits_and_greedy_tokens_equal_transformers(tmp_path, activation, eps):
     hf = tiny_gpt2(activation=activation, eps=eps)
-    model = GPT.from_pretrained(save(hf, tmp_path)).eval()
+    model = from_pretrained(save(hf, tmp_path)).eval()
     assert model.config.gelu_approximate == ("tanh" if activation == "gelu_new" else "none")
     idx = torch.randint(0, 97, (2, 20))
     with torch.no_grad():
@@ -72,7 +73,7 @@ def test_logits_and_greedy_tokens_equal_transformers(tmp_path, activation, eps):
 
 def test_block_size_crop_keeps_the_first_positions(tmp_path):
     hf = tiny_gpt2()
-    model = GPT.from_pretrained(save(hf, tmp_path), block_size=16, dropout=0.1).eval()
+    model = from_pretrained(save(hf, tmp_path), block_size=16, dropout=0.1).eval()
     assert model.wpe.weight.shape == (16, C) and model.config.dropout == 0.1
     idx = torch.randint(0, 97, (1, 16))
     with torch.no_grad():
@@ -95,7 +96,7 @@ def group_identical_heads(group_size):
 @pytest.mark.parametrize("attention,n_kv_head", [("gqa", 2), ("mqa", 1)])
 def test_gqa_mqa_conversion_exact_when_group_heads_are_equal(tmp_path, capfd, attention, n_kv_head):
     hf = tiny_gpt2(edit=group_identical_heads(H // n_kv_head))
-    model = GPT.from_pretrained(save(hf, tmp_path), attention=attention, n_kv_head=n_kv_head).eval()
+    model = from_pretrained(save(hf, tmp_path), attention=attention, n_kv_head=n_kv_head).eval()
     assert model.h[0].attn.c_attn.weight.shape == ((H + 2 * n_kv_head) * D, C)
     idx = torch.randint(0, 97, (2, 20))
     with torch.no_grad():
@@ -105,7 +106,7 @@ def test_gqa_mqa_conversion_exact_when_group_heads_are_equal(tmp_path, capfd, at
 
 def test_gqa_conversion_is_the_group_mean_and_reports_its_error(tmp_path, capfd):
     hf = tiny_gpt2()
-    model = GPT.from_pretrained(save(hf, tmp_path), attention="gqa", n_kv_head=2)
+    model = from_pretrained(save(hf, tmp_path), attention="gqa", n_kv_head=2)
     errors = reported_errors(capfd.readouterr().err)
     for layer, block in enumerate(hf.transformer.h):
         w, b = block.attn.c_attn.weight.detach(), block.attn.c_attn.bias.detach()
@@ -138,7 +139,7 @@ def low_rank_kv(rank):
 
 def test_mla_conversion_exact_when_kv_rank_fits(tmp_path, capfd):
     hf = tiny_gpt2(edit=low_rank_kv(12))
-    model = GPT.from_pretrained(save(hf, tmp_path), attention="mla", kv_lora_rank=12).eval()
+    model = from_pretrained(save(hf, tmp_path), attention="mla", kv_lora_rank=12).eval()
     assert not model.config.mla_latent_norm and model.config.rope_head_dim == 0
     assert model.cache_elems_per_token() == 12 * LAYERS
     idx = torch.randint(0, 97, (2, 20))
@@ -153,7 +154,7 @@ def test_mla_conversion_exact_when_kv_rank_fits(tmp_path, capfd):
 @pytest.mark.parametrize("rank", [5, 20])
 def test_mla_conversion_error_matches_numpy_svd(tmp_path, capfd, rank):
     hf = tiny_gpt2()
-    model = GPT.from_pretrained(save(hf, tmp_path), attention="mla", kv_lora_rank=rank)
+    model = from_pretrained(save(hf, tmp_path), attention="mla", kv_lora_rank=rank)
     errors = reported_errors(capfd.readouterr().err)
     for layer, block in enumerate(hf.transformer.h):
         s = np.linalg.svd(kv_affine(block.attn.c_attn), compute_uv=False)
@@ -176,14 +177,14 @@ def test_hub_names_download_config_and_safetensors(tmp_path, monkeypatch):
         asked.append((repo_id, filename))
         return f"{folder}/{filename}"
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    GPT.from_pretrained("gpt2-medium")
+    from_pretrained("gpt2-medium")
     assert asked == [("openai-community/gpt2-medium", "config.json"), ("openai-community/gpt2-medium",
                                                                        "model.safetensors")]
 
 
 def test_overrides_from_keys_of_the_uptrain_config(tmp_path):
     """What train.py passes for config/uptrain_gqa.py: the conversion and crop, and GPT-2's own values."""
-    from settings import parse_keys
+    from trainer.settings import parse_keys
     argv = ["config/uptrain_gqa.py", "--mla_latent_norm=True"]
     by_default = pretrained.overrides_from_keys(parse_keys(argv))
     assert by_default == {"attention": "gqa", "n_kv_head": 4, "block_size": 256, "bias": True,
@@ -256,8 +257,8 @@ def test_train_py_init_from_a_folder_evaluates_as_the_reference_then_trains(data
     import sys
 
     import train
-    from batches import Batches
     from helpers import ROOT, train_args
+    from trainer.batches import Batches
     hf = tiny_gpt2(vocab_size=65)
     folder = save(hf, tmp_path / "gpt2")
     out = tmp_path / "run"

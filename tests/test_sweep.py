@@ -10,15 +10,16 @@ import time
 import numpy as np
 import pytest
 
-import compare
 from helpers import ROOT
+from tools import compare
 
 TINY = ["--device=cpu", "--n_layer=2", "--n_head=4", "--n_embd=32", "--block_size=32", "--batch_size=8",
         "--eval_iters=5", "--eval_interval=10", "--log_interval=10", "--warmup_iters=5", "--learning_rate=1e-2"]
 
 
 def sweep_cmd(data_root, out, configs=("config/mha.py", "config/gqa.py"), seeds="1,2", max_iters=20):
-    return [sys.executable, "sweep.py", *configs, f"--seeds={seeds}", f"--out={out}", f"--data_dir={data_root}",
+    return [sys.executable, "-m", "tools.sweep", *configs, f"--seeds={seeds}", f"--out={out}",
+            f"--data_dir={data_root}",
             *TINY, f"--max_iters={max_iters}", f"--lr_decay_iters={max_iters}"]
 
 
@@ -80,9 +81,9 @@ def test_killed_sweep_completes_when_rerun(data_root, tmp_path):
 @pytest.mark.parametrize("extra, words", [(["--n_embd=33"], "n_embd"), (["--no_such_key=1"], "no_such_key"),
                                           (["--seed=3"], "seeds")])
 def test_sweep_refuses_bad_input_before_training(data_root, tmp_path, capsys, extra, words):
-    import sweep
+    from tools import sweep
     with pytest.raises(SystemExit) as exit_info:
-        sweep.main(sweep_cmd(data_root, tmp_path / "sw")[2:] + extra)
+        sweep.main(sweep_cmd(data_root, tmp_path / "sw")[3:] + extra)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and len(err.strip().splitlines()) == 1 and words in err
     assert not (tmp_path / "sw").exists()

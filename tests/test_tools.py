@@ -15,7 +15,7 @@ BENCH_KEYS = ("variant", "params", "train_tokens_per_sec", "decode_tokens_per_se
 def test_bench_reports_every_variant_with_measured_cache(tmp_path):
     out = tmp_path / "bench.json"
     tiny = ["--set=--n_layer=2", "--set=--n_embd=32", "--set=--batch_size=2"]
-    r = subprocess.run([sys.executable, "bench.py", "config/mha.py", "config/gqa.py", "config/mqa.py",
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "config/mha.py", "config/gqa.py", "config/mqa.py",
                         "--json", str(out), "--repeats=1", "--context=8", "--decode_tokens=4", *tiny],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -32,12 +32,12 @@ def test_bench_reports_every_variant_with_measured_cache(tmp_path):
 def test_compare_writes_report(data_root, tmp_path):
     for name in ("a", "b"):
         train.main(train_args(data_root, tmp_path / name, "--max_iters=4", "--eval_interval=2"))
-    r = subprocess.run([sys.executable, "compare.py", str(tmp_path / "a"), str(tmp_path / "b"),
+    r = subprocess.run([sys.executable, "-m", "tools.compare", str(tmp_path / "a"), str(tmp_path / "b"),
                         "--out", str(tmp_path / "rep")], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     report = (tmp_path / "rep" / "report.md").read_text()
     assert "| a |" in report and "| b |" in report
     assert os.path.getsize(tmp_path / "rep" / "report.png") > 1000
-    r = subprocess.run([sys.executable, "compare.py", str(tmp_path / "missing")], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "tools.compare", str(tmp_path / "missing")], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1

@@ -16,7 +16,7 @@ import torch
 
 import train
 from helpers import ROOT, train_args
-from runfiles import BadStepWatch
+from trainer.runfiles import BadStepWatch
 
 COMMON = ("--eval_interval=10", "--log_interval=5", "--attention=gqa", "--n_kv_head=2", "--dropout=0.1")
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F  # noqa: E402
 import kernels.gla as gla  # noqa: E402
 from kernels.env import available  # noqa: E402
 from kernels.gla import chunk_gla  # noqa: E402
-from kernels.gla_reference import naive_recurrent_gla as gla_reference  # noqa: E402
+from kernels.reference import gla_reference  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 DEVICE = "cuda" if available("cuda") else "cpu"

@@ -1,0 +1,139 @@
+"""Gated linear attention (GLA, Yang et al. 2023) and plain causal linear attention.
+
+Softmax attention is replaced by a recurrence over a fixed-size state per KV head:
+
+    S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t        S: (Dk, Dv), g_t <= 0 the log-decay
+    o_t = scale * q_t S_t
+
+so decoding keeps one (Dk, Dv) matrix per head instead of a cache that grows with the
+context. gla_gate=data makes the decay data-dependent (g = logsigmoid(W2 W1 x) / 16, a
+rank-16 projection, as in the paper and flash-linear-attention); gla_gate=none is plain
+linear attention (g = 0: nothing is forgotten, o = Q (K^T V) masked causally).
+
+The layer (flash-linear-attention's GatedLinearAttention, without its expansion factors):
+
+    x --c_attn--> [ q: H*D | k: Hkv*D | v: Hkv*D | r: H*D ]      (r: the output gate)
+    x --gk_proj (C->16->Hkv*D)--> logsigmoid / 16 = g             (gla_gate=data only)
+    q, k <- phi(q), phi(k) (identity or elu+1), then RoPE (if pos_encoding=rope)
+    o = GLA(q, k, v, g)           (B, H, T, D); query head h reads KV head h // (H/Hkv)
+    y = c_proj( RMSNorm_per_head(o) * silu(r) )
+
+The math lives beside its Triton kernel (flash-linear-attention's layout: layers wire, ops
+compute); this layer only wires it. attention/dispatch.py decides what runs for the full
+sequence (training, prefill), from attn_impl and kernels.gla.supports:
+    naive    kernels.reference.naive_recurrent_gla, a Python loop over time (the reference)
+    sdpa     kernels.gla_chunked.chunk_gla, the chunked parallel form in PyTorch (the default
+             off CUDA; also where the kernel cannot take gla_chunk: powers of two >= 16 only)
+    triton   kernels.gla.chunk_gla, the same chunked form as a Triton kernel (auto on CUDA; on
+             CPU under the interpreter). Imported on first use, so CPU users never need Triton.
+Decoding one token runs kernels.gla_chunked.recurrent_gla_step against the state, whatever
+attn_impl says.
+"""
+import functools
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention.base import Attention
+from attention.cache import StateCache
+from attention.record import record_linear
+from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step
+from kernels.reference import naive_recurrent_gla
+
+GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
+GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/16) ~ 0.958)
+
+
+class GatedLinearAttention(Attention):
+    FEATURE_MAPS = ("identity", "elu")
+    GATES = ("data", "none")
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = D = config.n_embd // config.n_head
+        H, Hkv = self.n_head, self.n_kv_head
+        self.c_attn = nn.Linear(config.n_embd, (2 * H + 2 * Hkv) * D, bias=config.bias)
+        # Low-rank decay projection; its second bias sets each channel's base decay rate
+        # (the paper and flash-linear-attention keep it whatever config.bias says).
+        self.gk_proj = None
+        if config.gla_gate == "data":
+            self.gk_proj = nn.Sequential(nn.Linear(config.n_embd, GATE_LOW_RANK, bias=False),
+                                         nn.Linear(GATE_LOW_RANK, Hkv * D, bias=True))
+        # Linear attention's output has no softmax bounding its scale; the per-head
+        # RMSNorm (weights shared by the heads, as in flash-linear-attention) restores it.
+        self.o_norm = nn.RMSNorm(D, eps=1e-5)
+        self.setup_output_and_positions(config)
+        self.feature_map, self.chunk = config.gla_feature_map, config.gla_chunk
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        # sinusoidal is added to the embeddings and defined at every position, like rope and none
+        if config.pos_encoding not in ("rope", "sinusoidal", "none"):
+            raise ValueError(f"attention=gla works with pos_encoding rope, sinusoidal or none (no score matrix "
+                             f"for alibi, no fixed context for learned), got {config.pos_encoding}")
+        if config.gla_gate not in cls.GATES:
+            raise ValueError(f"unknown gla_gate={config.gla_gate!r}; choose one of {', '.join(cls.GATES)}")
+        if config.gla_feature_map not in cls.FEATURE_MAPS:
+            raise ValueError(f"unknown gla_feature_map={config.gla_feature_map!r}; "
+                             f"choose one of {', '.join(cls.FEATURE_MAPS)}")
+        if config.gla_chunk < 1:
+            raise ValueError(f"gla_chunk={config.gla_chunk} must be at least 1 (64 is the default)")
+
+    def forward(self, x, pos, cache=None):
+        B, T, _ = x.shape
+        H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v, r = self.c_attn(x).split([H * D, Hkv * D, Hkv * D, H * D], dim=-1)
+        q = q.view(B, T, H, D).transpose(1, 2)                        # (B, H, T, D)
+        k = k.view(B, T, Hkv, D).transpose(1, 2)                      # (B, Hkv, T, D)
+        v = v.view(B, T, Hkv, D).transpose(1, 2)
+        if self.feature_map == "elu":
+            q, k = F.elu(q) + 1, F.elu(k) + 1
+        q, k = self.rope(pos, q, k)  # after phi, so q.k keeps RoPE's relative-position form
+        g = None
+        if self.gk_proj is not None:
+            g = (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
+        record_linear(q, k, g, pos, scale=D ** -0.5)  # no-op unless analyze.py records (attention/record.py)
+
+        if cache is not None and T == 1:
+            o, state = recurrent_gla_step(q, k, v, g, cache.state)
+        else:
+            o, state = self._full_sequence_gla(x.device)(q, k, v, g, output_final_state=cache is not None,
+                                                         initial_state=None if cache is None else cache.state)
+        if cache is not None:
+            cache.update(state, T)
+        o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
+        y = (o * F.silu(r.view(B, T, H, D))).reshape(B, T, H * D)
+        return self.resid_dropout(self.c_proj(y))
+
+    def kernel_cases(self) -> dict:
+        return {"forward": ("kernels.gla", dict(chunk_size=self.chunk, head_dim_k=self.head_dim,
+                                                head_dim_v=self.head_dim))}
+
+    def _full_sequence_gla(self, device):
+        """The GLA form that attn_impl resolved to on `device` (see the module docstring)."""
+        impl = self.impl(device)
+        if impl == "naive":
+            return naive_recurrent_gla
+        if impl == "triton":
+            from kernels.gla import chunk_gla as triton_chunk_gla
+            return functools.partial(in_fp32(triton_chunk_gla), chunk_size=self.chunk)
+        return functools.partial(chunk_gla, chunk_size=self.chunk)
+
+    def init_cache(self, batch_size, max_len, device, dtype):
+        """One fp32 state per KV head; max_len is not needed (the state never grows)."""
+        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.head_dim), device)
+
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        """Chunked form per token: q.k and A.v within its chunk (2*D*chunk each), q.S and the
+        state update k^T v (2*D*D per query head / per KV head)."""
+        D, C = self.head_dim, min(self.chunk, seq_len)
+        return 3 * (4 * self.n_head * D * C + 2 * (self.n_head + self.n_kv_head) * D * D)
+
+    def cache_elems_per_token(self) -> int:
+        return 0  # constant state: see cache_state_elems
+
+    def cache_state_elems(self) -> int:
+        """Elements of this layer's decoding state for batch 1, whatever the length."""
+        return self.n_kv_head * self.head_dim * self.head_dim

@@ -1,7 +1,0 @@
-"""The benchmark suites, run as `python bench.py --suite=NAME` (or `python -m benchmarks.NAME`).
-
-Naming: kernel_<name> times a Triton kernel against its PyTorch counterpart; a variant's name
-(mla, bigbird, gla) times that attention variant's model against MHA; longctx times every
-variant at long context; data times the tokenizing pipeline. harness.py holds what they
-share (flags, timing, budget, peak memory, output, the run-folder reader).
-"""

@@ -1,0 +1,164 @@
+"""Gated linear attention in chunked PyTorch, beside its Triton kernel (kernels/gla.py).
+
+The recurrence, per KV head, with g <= 0 the log-decay and S the (Dk, Dv) state:
+
+    S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t          o_t = scale * q_t S_t
+
+Two computations of it with the signature of kernels.gla.chunk_gla (k, v, g and the state may
+have fewer heads than q, query head h reading KV head h // (H/Hkv); g None means no decay):
+    chunk_gla             the chunked parallel form: training and prefill in PyTorch
+    recurrent_gla_step    one token against the state: decoding
+The third, the loop the other two are tested against, is kernels.reference.naive_recurrent_gla.
+All compute in fp32 whatever autocast says. Needs only PyTorch.
+"""
+import functools
+
+import torch
+import torch.nn.functional as F
+
+MAX_FACTORED_SPAN = 40.0  # nats a chunk may decay for chunk_gla's one-matmul intra-chunk form
+
+
+def in_fp32(fn):
+    """Run the recurrence math in fp32 even under autocast: autocast would run the einsums
+    in bf16/fp16, where the state loses precision and (fp16) exp(40) overflows."""
+    @functools.wraps(fn)
+    def wrapper(q, *args, **kwargs):
+        with torch.autocast(q.device.type, enabled=False):
+            return fn(q, *args, **kwargs)
+    return wrapper
+
+
+@in_fp32
+def recurrent_gla_step(q, k, v, g, state, scale=None):
+    """One decoding step: q (B, H, 1, Dk); k, g (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv);
+    state (B, Hkv, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state."""
+    B, H, _, Dk = q.shape
+    Hkv = k.size(1)
+    scale = Dk ** -0.5 if scale is None else scale
+    k_t, v_t = k[:, :, 0].float(), v[:, :, 0].float()                  # (B, Hkv, Dk), (B, Hkv, Dv)
+    if g is not None:                                                  # forget: decay each key row
+        state = g[:, :, 0].float().exp()[..., None] * state
+    state = state + k_t[..., None] * v_t[..., None, :]                 # write: outer product k^T v
+    q_t = q[:, :, 0].float().reshape(B, Hkv, H // Hkv, Dk) * scale
+    o = torch.einsum("bhgd,bhde->bhge", q_t, state)                    # read: q S
+    return o.reshape(B, H, 1, -1).to(q.dtype), state
+
+
+@in_fp32
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
+    """The chunked parallel form (GLA paper, section 4): same arguments and results as
+    naive_recurrent_gla; differentiable by autograd in q, k, v, g and initial_state.
+
+    Time is cut into N chunks of C tokens (the tail is zero-padded: k = v = g = 0 there
+    changes neither the outputs nor the final state). Within chunk n, with
+    b_i = g_0 + ... + g_i the cumulative log-decay from the chunk's start (b <= 0, falling):
+
+        o_i = scale * [ (q_i * exp(b_i)) S_n                                   (inter-chunk)
+                       + sum_{j<=i} (sum_d q_id k_jd exp(b_id - b_jd)) v_j ]   (intra-chunk)
+        S_{n+1} = exp(b_{C-1}) * S_n + sum_j (k_j * exp(b_{C-1} - b_j))^T v_j
+
+    Numerical safety. Every exponent above is <= 0 except the intra-chunk exp(b_i - b_j)
+    when factored the textbook way, (q_i * exp(b_i)) . (k_j * exp(-b_j)): exp(-b_j)
+    overflows fp32 once a chunk decays by more than ~88 nats. Two ways, chosen per call:
+
+    - factored (fast: one matmul), when no chunk decays by more than MAX_FACTORED_SPAN
+      = 40 nats: every factor then lies in [e^-40, e^40], far from fp32's limits (also
+      through the backward), and each product equals the direct one to a few ulps. This
+      is the usual case (GLA's g = logsigmoid(.)/16 decays ~0.04-1 nats a step);
+    - sub-chunked, otherwise: sub-chunks of c ~ sqrt(C) tokens (8 for C = 64), where no
+      exponent is ever positive:
+
+              j: sub-chunk 0   1   2   3
+        i: 0     [ D0 ]                      D = diagonal block: pairwise (c, c, Dk)
+           1     [ F  ][ D1 ]                    tensor exp(b_i - b_j), exponent masked
+           2     [ F  ][ F  ][ D2 ]              to -inf above the diagonal before exp
+           3     [ F  ][ F  ][ F  ][ D3 ]    F = factored through r = b at the first token
+                                                 of the row's sub-chunk: exp(b_i - r) and
+                                                 exp(r - b_j), both exponents <= 0
+      so only a (C/c, C, Dk) and a (C, c, Dk) tensor per chunk are formed, not (C, C, Dk)
+      (flash-linear-attention's kernel does the same with c = 16, the pairs in registers).
+    """
+    B, H, T, Dk = q.shape
+    Hkv, Dv = k.size(1), v.size(-1)
+    G = H // Hkv
+    scale = Dk ** -0.5 if scale is None else scale
+    C = chunk_size
+    pad = (-T) % C
+    N = (T + pad) // C
+
+    def chunks(x):  # (B, h, T, D) -> (B, h, N, C, D), fp32, zero-padded at the end
+        return F.pad(x.float(), (0, 0, 0, pad)).view(x.size(0), x.size(1), N, C, x.size(-1))
+
+    qc = (chunks(q) * scale).view(B, Hkv, G, N, C, Dk)                 # (B, Hkv, G, N, C, Dk)
+    kc, vc = chunks(k), chunks(v)                                      # (B, Hkv, N, C, Dk|Dv)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+
+    if g is None:  # plain linear attention: no decay anywhere
+        A = torch.einsum("bhgnid,bhnjd->bhgnij", qc, kc).masked_fill(~causal, 0.0)
+        q_inter, k_end, chunk_decay = qc, kc, None
+    else:
+        # Step 1: cumulative log-decay from each chunk's start.
+        b = chunks(g).cumsum(dim=-2)                                   # (B, Hkv, N, C, Dk)
+        b_last = b[..., -1:, :]                                        # (B, Hkv, N, 1, Dk)
+        q_inter = qc * b.exp()[:, :, None]                             # exp(b_i) <= 1
+        # Step 2: intra-chunk scores A (B, Hkv, G, N, C, C), factored or sub-chunked (above).
+        if b.min().item() >= -MAX_FACTORED_SPAN:  # b falls from <= 0: its min is the largest span
+            k_rel = kc * (-b).exp()                                    # exp(-b_j) <= e^40
+            A = torch.einsum("bhgnid,bhnjd->bhgnij", q_inter, k_rel).masked_fill(~causal, 0.0)
+        else:
+            A = _intra_chunk_scores(qc, kc, b, _sub_chunk(C))
+        # Step 3: what each chunk adds to the state and how much it decays the old one.
+        k_end = kc * (b_last - b).exp()                                # exp(b_{C-1} - b_j) <= 1
+        chunk_decay = b_last.squeeze(-2).exp()                         # (B, Hkv, N, Dk)
+    o_intra = torch.einsum("bhgnij,bhnjd->bhgnid", A, vc)             # (B, Hkv, G, N, C, Dv)
+    U = torch.einsum("bhncd,bhnce->bhnde", k_end, vc)                 # (B, Hkv, N, Dk, Dv)
+
+    # Step 4: pass the state from chunk to chunk (N small sequential steps).
+    S = q.new_zeros(B, Hkv, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
+    entering = []
+    for n in range(N):
+        entering.append(S)
+        S = (S if chunk_decay is None else chunk_decay[:, :, n, :, None] * S) + U[:, :, n]
+    S_in = torch.stack(entering, dim=2)                                # (B, Hkv, N, Dk, Dv)
+
+    # Step 5: outputs = what the earlier chunks left in the state + the chunk itself.
+    o = torch.einsum("bhgncd,bhnde->bhgnce", q_inter, S_in) + o_intra
+    o = o.reshape(B, H, N * C, Dv)[:, :, :T].to(q.dtype)
+    return o, (S if output_final_state else None)
+
+
+def _sub_chunk(C):
+    """The divisor c of C nearest sqrt(C) (the smaller on a tie): the two tensors of
+    _intra_chunk_scores hold C/c + c elements per token and key dim, least at c = sqrt(C)."""
+    return min((c for c in range(1, C + 1) if C % c == 0), key=lambda c: (C // c + c, c))
+
+
+def _intra_chunk_scores(qc, kc, b, c):
+    """sum_d q_id k_jd exp(b_id - b_jd) for j <= i within each chunk, else 0.
+
+    qc (B, Hkv, G, N, C, Dk), kc and b (B, Hkv, N, C, Dk), c divides C.
+    Returns (B, Hkv, G, N, C, C).
+    """
+    B, Hkv, G, N, C, Dk = qc.shape
+    ns = C // c
+    bs = b.view(B, Hkv, N, ns, c, Dk)
+    ref = bs[..., :1, :]                                               # r: b at each sub-chunk's first token
+    idx = torch.arange(C, device=qc.device)
+    # Off-diagonal blocks: query side exp(b_i - r) <= 1; key side exp(r - b_j) <= 1 for the
+    # keys of earlier sub-chunks, and the exponent of the rest (positive there) is set to
+    # -inf before exp, so those keys contribute an exact 0 without ever overflowing.
+    q_rel = qc.view(B, Hkv, G, N, ns, c, Dk) * (bs - ref).exp()[:, :, None]
+    earlier = idx[None, :] < (idx[::c][:, None])                       # (ns, C): key j before sub-chunk s
+    k_exp = (ref - b[:, :, :, None]).masked_fill(~earlier[:, :, None], float("-inf"))
+    k_rel = kc[:, :, :, None] * k_exp.exp()                            # (B, Hkv, N, ns, C, Dk)
+    A = torch.einsum("bhgnsid,bhnsjd->bhgnsij", q_rel, k_rel)         # (B, Hkv, G, N, ns, c, C)
+    # Diagonal blocks: pairwise exp(b_i - b_j) for j <= i inside a sub-chunk.
+    tri = torch.ones(c, c, dtype=torch.bool, device=qc.device).tril()
+    pair = (bs[..., :, None, :] - bs[..., None, :, :]).masked_fill(~tri[:, :, None], float("-inf"))
+    k_pair = kc.view(B, Hkv, N, ns, 1, c, Dk) * pair.exp()             # (B, Hkv, N, ns, c, c, Dk)
+    A_diag = torch.einsum("bhgnsid,bhnsijd->bhgnsij", qc.view(B, Hkv, G, N, ns, c, Dk), k_pair)
+    # Put each diagonal block in its place: A is zero there so far (those keys were masked).
+    eye = torch.eye(ns, device=qc.device, dtype=qc.dtype)[:, None, :, None]   # (ns, 1, ns, 1)
+    A = A.view(B, Hkv, G, N, ns, c, ns, c) + A_diag[..., None, :] * eye
+    return A.reshape(B, Hkv, G, N, C, C)

@@ -1,0 +1,218 @@
+"""What every benchmark shares: its command line (--json, --out, --quick), one timing helper,
+a time budget that skips what does not fit, peak-memory measurement, output writing, and
+the one reader of train.py run folders (summary.json and the run's train config).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+def parser(doc, out=None, quick="tiny sizes: a smoke test of the script itself"):
+    """argparse with the suite's whole docstring as help and the common flags."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", default=None, help="also write the results as JSON")
+    p.add_argument("--out", default=out, help="also write the markdown to this file")
+    if quick:
+        p.add_argument("--quick", action="store_true", help=quick)
+    return p
+
+
+def add_kernel_shape_args(p, heads, budget_s):
+    """The shape flags of the kernel suites (batch, heads, lengths, head dims, time budget)."""
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--heads", type=int, default=heads)
+    p.add_argument("--seqlens", type=str, default="1024,2048,4096,8192,16384")
+    p.add_argument("--head_dims", type=str, default="64,128")
+    p.add_argument("--budget_s", type=float, default=budget_s, help="skip remaining configs after this")
+
+
+def fmt_bytes(n):
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
+
+
+def int_list(text):
+    return [int(x) for x in str(text).split(",") if x.strip()]
+
+
+def device_name():
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)"
+
+
+def synchronize(device):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, repeats=3, warmup=1, device="cpu"):
+    """Median milliseconds of fn(). On CUDA triton.testing.do_bench (warm-up, many runs, synced);
+    elsewhere `warmup` untimed calls then the median of `repeats` timed ones."""
+    if str(device).startswith("cuda"):
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def train_step(model, idx, optimizer=None, device="cpu"):
+    """A function running one training step on idx (B, T+1): forward, backward, then the
+    optimizer's step (or, without one, just clearing the gradients)."""
+    def step():
+        _, loss = model(idx[:, :-1], idx[:, 1:])
+        loss.backward()
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            model.zero_grad(set_to_none=True)
+        synchronize(device)
+    return step
+
+
+@torch.no_grad()
+def decode_cost(model, context, steps, device="cpu", prefill_chunk=None):
+    """{ms_per_token, prefill_s, cache_bytes}: `context` random tokens prefilled into fresh caches
+    (in chunks of prefill_chunk tokens, or one pass), then the median of `steps` greedy one-token steps."""
+    vocab = model.config.vocab_size
+    prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(context)).to(device)
+    caches = model.init_caches(1, context + steps)
+    chunk = prefill_chunk or context
+    t0 = time.perf_counter()
+    for start in range(0, context, chunk):
+        logits, _ = model(prompt[:, start:start + chunk], caches=caches, last_only=True)
+    synchronize(device)
+    prefill_s = time.perf_counter() - t0
+    state = {"logits": logits}
+
+    def step():
+        token = state["logits"][:, -1].argmax(-1, keepdim=True)
+        state["logits"], _ = model(token, caches=caches, last_only=True)
+        synchronize(device)
+    return {"ms_per_token": median_ms(step, repeats=steps, warmup=0), "prefill_s": prefill_s,
+            "cache_bytes": sum(c.nbytes() for c in caches)}
+
+
+class Budget:
+    """A loop under a time limit: `if budget.allows(label)` is False (and label recorded as
+    skipped) once `seconds` have passed, so a benchmark always finishes with a table."""
+
+    def __init__(self, seconds):
+        self.seconds, self.t0, self.skipped = seconds, time.time(), []
+
+    def allows(self, label):
+        if time.time() - self.t0 > self.seconds:
+            self.skipped.append(label)
+            return False
+        return True
+
+    def elapsed(self):
+        return time.time() - self.t0
+
+
+def attempt(fn):
+    """fn()'s dict, or {"error": ...} with the traceback on stderr: one failing case must not end a run."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 (report and go on)
+        traceback.print_exc()
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"}
+
+
+class PeakMemory(TorchDispatchMode):
+    """Bytes of op outputs alive at once on CPU: +nbytes when an op returns a new storage,
+    -nbytes when that storage is freed (views share a storage and count once). The CPU
+    counterpart of torch.cuda.max_memory_allocated, except scratch a kernel frees inside itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = self.largest = 0
+        self.tracked = set()
+
+    def _freed(self, ptr, nbytes):
+        self.live -= nbytes
+        self.tracked.discard(ptr)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            ptr, nbytes = storage.data_ptr(), storage.nbytes()
+            if nbytes == 0 or ptr in self.tracked:
+                continue
+            self.tracked.add(ptr)
+            self.live += nbytes
+            self.peak, self.largest = max(self.peak, self.live), max(self.largest, nbytes)
+            weakref.finalize(storage, self._freed, ptr, nbytes)
+        return out
+
+
+def peak_bytes(fn, device):
+    """(peak, largest tensor) bytes allocated during one fn() beyond what existed before
+    (largest is NaN on CUDA, where the allocator does not say)."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, float("nan")
+    with PeakMemory() as meter:
+        fn()
+    return meter.peak, meter.largest
+
+
+def emit(markdown, results, args):
+    """Markdown to stdout (and --out), results to --json."""
+    print(markdown)
+    if getattr(args, "out", None):
+        with open(args.out, "w") as f:
+            f.write(markdown)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {args.json}", file=sys.stderr)
+
+
+def read_run(run_dir):
+    """One train.py run folder: its summary.json plus ms per training iteration (from the
+    train config in its checkpoint), as a dict."""
+    from tools.compare import load_run
+    from trainer.checkpoint import load_checkpoint, run_checkpoint_path
+    name, summary, _ = load_run(run_dir)
+    cfg = load_checkpoint(run_checkpoint_path(run_dir, "last"))["config"]
+    tokens_per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
+    tps = summary.get("tokens_per_sec")
+    return {"run": name, **summary, "ms_per_iter": 1e3 * tokens_per_iter / tps if tps else float("nan")}
+
+
+def runs_table(run_dirs):
+    """(markdown, rows) of train.py run folders: final/best val loss, ms/iter, cache, wall time."""
+    rows = [read_run(d) for d in run_dirs]
+    lines = [("| run | attention | pos | params | iters | final val loss | best val loss | ms/iter | tok/s "
+             "| KV cache B/token | wall s |"),
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['run']} | {r['attention']} | {r['pos_encoding']} | {r['params']:,} | {r['iters']} | "
+                     f"{r['final_val_loss']:.4f} | {r['best_val_loss']:.4f} | {r['ms_per_iter']:.1f} | "
+                     f"{r['tokens_per_sec']:,.0f} | {r['kv_cache_bytes_per_token']:,.0f} | {r['wall_s']:.0f} |")
+    return "\n".join(lines), rows
+
+
+def load_average():
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -1,0 +1,175 @@
+"""Evaluate trained runs at other context lengths ("train short, test long").
+
+    python -m tools.eval sweeps/pos/alibi-s1 sweeps/cpu/mha-s1 --lengths=64,128,256,512,1024 --json eval.json
+
+For each run and each length L, the loss over the whole validation split cut into
+non-overlapping windows of L tokens (each token predicts the next; batched, with a progress
+bar). A markdown table (runs x lengths) goes to stdout and the curves (loss against context
+length, log x) to --plot. Lengths a run cannot take (learned positions or BigBird beyond
+block_size) are n/a with the reason; if no requested length is possible for any run, it
+exits 2 with one line. --json writes a list of {"run", "attention", "pos_encoding",
+"block_size", "length", "val_loss"} (val_loss null where n/a).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from configurator import fail
+from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
+
+
+def parse_lengths(text):
+    try:
+        lengths = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        lengths = []
+    if not lengths or lengths[0] < 1:
+        raise ValueError(f"--lengths={text!r}: give positive integers separated by commas, e.g. --lengths=64,128,256")
+    return lengths
+
+
+def val_tokens(ckpt, run_dir, data_dir=None):
+    """The run's validation split (uint16/uint32 memmap) from its data_dir/dataset and meta.json."""
+    cfg = ckpt.get("config") or {}
+    dataset = cfg.get("dataset", "shakespeare_char")
+    folder = os.path.join(data_dir or cfg.get("data_dir", "data"), dataset)
+    path = os.path.join(folder, "val.bin")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{run_dir}: its validation split {path} is not there; prepare {dataset} or pass "
+                              "--data_dir=FOLDER holding <dataset>/val.bin")
+    dtype = (ckpt.get("meta") or {}).get("dtype", "uint16")
+    return np.memmap(path, dtype=np.dtype(dtype), mode="r")
+
+
+def why_not(model, length, n_tokens):
+    """None if the model can be evaluated on windows of `length` tokens, else the reason."""
+    if length > n_tokens - 1:
+        return f"the validation split has {n_tokens} tokens"
+    try:
+        model.context_window(length)  # the model's own rule: learned positions and BigBird end at block_size
+    except ValueError as e:
+        return str(e).split(";")[0]
+    return None
+
+
+@torch.no_grad()
+def window_loss(model, tokens, length, batch_size, device, desc):
+    """Mean next-token loss over non-overlapping windows of `length` covering tokens."""
+    n_windows = (len(tokens) - 1) // length
+    total, count = 0.0, 0
+    for start in tqdm(range(0, n_windows, batch_size), desc=desc, unit="batch", leave=False, file=sys.stderr):
+        rows = range(start, min(start + batch_size, n_windows))
+        chunk = np.stack([tokens[r * length:r * length + length + 1] for r in rows]).astype(np.int64)
+        batch = torch.from_numpy(chunk).to(device)
+        logits, _ = model(batch[:, :-1])
+        total += F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].reshape(-1), reduction="sum").item()
+        count += batch[:, 1:].numel()
+    return total / count
+
+
+def run_labels(run_dirs):
+    """Folder names, or parent/name where two runs share a name (sweeps/a/mha-s1, sweeps/b/mha-s1)."""
+    names = [os.path.basename(os.path.normpath(d)) for d in run_dirs]
+    return [os.path.join(*os.path.normpath(d).split(os.sep)[-2:]) if names.count(n) > 1 else n
+            for d, n in zip(run_dirs, names)]
+
+
+def evaluate_run(run_dir, name, lengths, args, device):
+    """JSON rows of one run (val_loss None and a 'why' where the length is not possible)."""
+    model, ckpt = load_model(run_checkpoint_path(run_dir, args.ckpt), device)
+    tokens = val_tokens(ckpt, run_dir, args.data_dir)
+    if args.max_tokens:
+        tokens = tokens[:args.max_tokens]
+    config = model.config
+    rows = []
+    for length in lengths:
+        reason = why_not(model, length, len(tokens))
+        loss = None if reason else window_loss(model, tokens, length, args.batch_size, device, f"{name} L={length}")
+        rows.append({"run": name, "attention": config.attention, "pos_encoding": config.pos_encoding,
+                     "block_size": config.block_size, "length": length, "val_loss": loss, "why": reason})
+    return rows
+
+
+def markdown_table(rows, lengths):
+    runs = list(dict.fromkeys(r["run"] for r in rows))
+    by_key = {(r["run"], r["length"]): r for r in rows}
+    reasons = list(dict.fromkeys(r["why"] for r in rows if r["why"]))
+    lines = ["| run | attention | pos | block_size | " + " | ".join(f"L={n}" for n in lengths) + " |",
+             "|---|---|---|---|" + "---|" * len(lengths)]
+    for run in runs:
+        first = by_key[(run, lengths[0])]
+        cells = [f"{by_key[(run, n)]['val_loss']:.4f}" if by_key[(run, n)]["val_loss"] is not None
+                 else f"n/a ({reasons.index(by_key[(run, n)]['why']) + 1})" for n in lengths]
+        lines.append(f"| {run} | {first['attention']} | {first['pos_encoding']} | {first['block_size']} | "
+                     + " | ".join(cells) + " |")
+    lines += [""] + [f"({i}) {why}" for i, why in enumerate(reasons, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run in dict.fromkeys(r["run"] for r in rows):
+        pts = [(r["length"], r["val_loss"]) for r in rows if r["run"] == run and r["val_loss"] is not None]
+        if pts:
+            r0 = next(r for r in rows if r["run"] == run)
+            ax.plot(*zip(*pts), marker="o", label=f"{run} ({r0['attention']}, {r0['pos_encoding']}, "
+                                                  f"trained at {r0['block_size']})")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="evaluation context length (tokens)", ylabel="validation loss",
+           title="loss against context length")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs")
+    ap.add_argument("--lengths", default="64,128,256,512", help="comma-separated context lengths")
+    ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--plot", default="eval.png", help="where the loss-vs-length plot goes")
+    ap.add_argument("--batch_size", type=int, default=8, help="windows per forward pass")
+    ap.add_argument("--ckpt", default="best", help="best (best.pt when present) or last (ckpt.pt)")
+    ap.add_argument("--data_dir", help="folder holding <dataset>/val.bin (default: the run's data_dir)")
+    ap.add_argument("--max_tokens", type=int, help="evaluate only the first N validation tokens")
+    ap.add_argument("--device", default="auto")
+    args = ap.parse_args(argv)
+    try:
+        lengths = parse_lengths(args.lengths)
+    except ValueError as e:
+        fail(str(e))
+    if args.batch_size < 1:
+        fail(f"--batch_size={args.batch_size} must be at least 1")
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    rows = []
+    try:
+        for run_dir, name in zip(args.runs, run_labels(args.runs)):
+            rows += evaluate_run(run_dir, name, lengths, args, device)
+    except CheckpointError as e:
+        fail(str(e))
+    if all(r["val_loss"] is None for r in rows):
+        reasons = "; ".join(dict.fromkeys(f"{r['run']}: {r['why']}" for r in rows))
+        fail(f"none of --lengths={','.join(map(str, lengths))} is possible for any run ({reasons}); "
+             "pick lengths up to the runs' block_size")
+    text = markdown_table(rows, lengths)
+    print(text, end="")
+    plot(rows, args.plot)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{k: v for k, v in r.items() if k != "why"} for r in rows], f, indent=2)
+    print(f"wrote {args.plot}" + (f" and {args.json}" if args.json else ""), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""What each attention variant costs at your scale: parameters, training FLOPs and step time,
+decode cache, the largest decode batch that fits, and a memory-bound decode speed limit,
+computed from the model itself built on the meta device (no memory, instant, any size).
+
+    python -m tools.plan CONFIG... [--key=value ...] --context=N [--batch=B] [--memory=80GB]
+                   [--dtype=bf16] [--peak_tflops=989] [--bandwidth=3.35TB/s] [--mfu=0.4]
+                   [--vocab_size=50304] [--json FILE]
+
+    python -m tools.plan config/mha.py config/gqa.py config/mla.py config/gla.py \\
+        --n_layer=32 --n_head=32 --n_embd=4096 --block_size=32768 --context=32768 --batch=64
+
+--key=value overrides (any train.py key) apply to every config, so one command compares the
+variants at the same width and depth. The other flags are the planner's own:
+  --context      tokens per sequence: training length and decode context (required)
+  --batch        sequences per training step and the decode batch asked for (default 1)
+  --memory       device memory for weights + decode cache (default 80GB, an H100; 80GiB, 640GB;
+                 a bare number is GB). With N devices pass the totals.
+  --dtype        weights and K/V cache: bf16 | fp16 | fp32 | fp8 (default bf16)
+  --peak_tflops  dense peak, TFLOP/s (default 989, an H100 SXM's bf16); 989TFLOP/s also reads
+  --bandwidth    memory bandwidth (default 3.35TB/s, an H100 SXM's; a bare number is TB/s)
+  --mfu          model FLOPs utilization assumed for the step time (default 0.4)
+  --vocab_size   vocabulary (default 50304, GPT-2's 50257 padded)
+A markdown table goes to stdout with the assumptions under it; --json FILE writes one object
+per config. Bad input is one line on stderr and exit status 2, before anything is planned.
+"""
+import json
+import math
+import os
+import re
+import sys
+
+import torch
+
+from attention.cache import StateCache
+from configurator import ConfigError, fail
+from model import GPT, GPTConfig
+from trainer.settings import MODEL_KEYS, parse_keys
+
+DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+          "fp32": torch.float32, "float32": torch.float32, "fp8": torch.float8_e4m3fn}
+DEFAULTS = {"batch": "1", "memory": "80GB", "dtype": "bf16", "peak_tflops": "989", "bandwidth": "3.35TB/s",
+            "mfu": "0.4", "vocab_size": "50304", "context": None, "json": None}
+PREFIXES = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+            "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50}
+QUANTITY = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?:(Ki|Mi|Gi|Ti|Pi|[kKMGTP]?)(B/s|B|FLOP/s|FLOPS))?$")
+# flag -> (units it accepts, what a bare number means, an example for the error line)
+UNITS = {"memory": (("B",), 1e9, "80GB, 80GiB or 80 (GB)"),
+         "bandwidth": (("B/s",), 1e12, "4.8TB/s, 3350GB/s or 4.8 (TB/s)"),
+         "peak_tflops": (("FLOP/s", "FLOPS"), 1e12, "989, 989TFLOP/s or 1.98PFLOPS")}
+
+
+def parse_quantity(flag: str, text: str) -> float:
+    """'80GB' -> 8e10, '80GiB' -> 85899345920, '4.8TB/s' -> 4.8e12, '989' (peak_tflops) -> 9.89e14."""
+    units, bare_scale, example = UNITS[flag]
+    m = QUANTITY.match(text.strip())
+    if m is None or (m.group(3) is not None and m.group(3) not in units):
+        fail(f"--{flag}={text!r} is not a quantity this flag takes: write e.g. {example}")
+    value = float(m.group(1)) * (bare_scale if m.group(3) is None else PREFIXES[m.group(2)])
+    if not (value > 0 and math.isfinite(value)):
+        fail(f"--{flag}={text!r} must be positive: write e.g. {example}")
+    return value
+
+
+def parse_number(flag: str, text: str, kind, low, high=math.inf):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        span = f"between {low} and {high}" if high < math.inf else f"at least {low}"
+        fail(f"--{flag}={text!r} must be {'an integer' if kind is int else 'a number'} {span}")
+    return value
+
+
+def split_argv(argv):
+    """-> (the planner's flags as raw strings, config files, --key=value overrides for the configs)."""
+    raw, configs, overrides = dict(DEFAULTS), [], []
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-h", "--help"):
+            print(__doc__)
+            sys.exit(0)
+        key, eq, value = arg[2:].partition("=")
+        if arg.startswith("--") and key in DEFAULTS:
+            raw[key] = value if eq else next(args, None)
+            if raw[key] is None:
+                fail(f"--{key} needs a value, e.g. --{key}={DEFAULTS[key] or 32768}")
+        elif arg.startswith("--"):
+            overrides.append(arg)
+        else:
+            configs.append(arg)
+    return raw, configs, overrides
+
+
+def parse_options(raw: dict) -> dict:
+    """The planner's flags, checked (one line and exit 2 on the first bad one)."""
+    if raw["context"] is None:
+        fail("--context=N is required: the sequence length to plan for, e.g. --context=32768")
+    if raw["json"] and not os.path.isdir(os.path.dirname(os.path.abspath(raw["json"]))):
+        fail(f"--json={raw['json']}: its folder does not exist; create it or write the file elsewhere")
+    if raw["dtype"] not in DTYPES:
+        fail(f"--dtype={raw['dtype']!r} is unknown; choose one of {', '.join(DTYPES)}")
+    return {"context": parse_number("context", raw["context"], int, 1),
+            "batch": parse_number("batch", raw["batch"], int, 1),
+            "mfu": parse_number("mfu", raw["mfu"], float, 1e-6, 1.0),
+            "vocab_size": parse_number("vocab_size", raw["vocab_size"], int, 1),
+            "dtype": DTYPES[raw["dtype"]], "dtype_name": raw["dtype"], "memory_text": raw["memory"],
+            **{flag: parse_quantity(flag, raw[flag]) for flag in UNITS}, "json": raw["json"]}
+
+
+def build_planned_model(path: str, overrides: list, opts: dict) -> GPT:
+    """The config's model on the meta device, refused (exit 2) if it cannot run the plan."""
+    try:
+        cfg = parse_keys([path, *overrides])
+        config = GPTConfig(vocab_size=opts["vocab_size"], **{k: cfg[k] for k in MODEL_KEYS})
+    except (ConfigError, ValueError) as e:
+        fail(f"{path}: {e}")
+    with torch.device("meta"):
+        model = GPT(config)
+    try:
+        model.context_window(opts["context"])
+    except ValueError:  # learned positions and BigBird's layout end at block_size
+        fail(f"{path}: attention={config.attention} with pos_encoding={config.pos_encoding} takes at most "
+             f"block_size={config.block_size} tokens, below --context={opts['context']}; "
+             f"set --block_size={opts['context']} or lower --context")
+    weight_bytes = model.num_params() * opts["dtype"].itemsize
+    if weight_bytes > opts["memory"]:
+        fail(f"{path}: the weights alone take {fmt_bytes(weight_bytes)} ({fmt_count(model.num_params())} "
+             f"parameters at {opts['dtype_name']}), more than --memory={opts['memory_text']}; raise --memory")
+    return model
+
+
+def plan_row(path: str, model: GPT, opts: dict) -> dict:
+    """Every number of one config's row, from the model's own counts."""
+    context, batch, itemsize = opts["context"], opts["batch"], opts["dtype"].itemsize
+    params = model.num_params()
+    attn_params = sum(p.numel() for b in model.h for p in b.attn.parameters())
+    flops = model.flops_per_token(context)
+    keys = [b.attn.keys_per_query(context) for b in model.h if hasattr(b.attn, "keys_per_query")]
+    per_token = model.cache_elems_per_token() * itemsize
+    state = model.cache_state_elems() * StateCache.dtype.itemsize
+    weight_bytes = params * itemsize
+    seq_bytes = per_token * context + state
+    max_batch = int((opts["memory"] - weight_bytes) // seq_bytes)
+    # A decode step reads every weight once and each sequence's cache (BigBird: only the keys
+    # of the selected blocks, though its cache holds the whole context); a recurrent state is
+    # read and written back every step.
+    read_per_seq = per_token * (max(keys) if keys else context) + 2 * state
+
+    def decode_bound(b):
+        return b * opts["bandwidth"] / (weight_bytes + b * read_per_seq) if 1 <= b <= max_batch else None
+    return {"variant": os.path.splitext(os.path.basename(path))[0], "attention": model.config.attention,
+            "pos_encoding": model.config.pos_encoding, "params": params, "attn_params": attn_params,
+            "context": context, "batch": batch, "train_flops_per_token": flops,
+            "attn_flops_per_token": flops - 6 * params,
+            "train_step_s": batch * context * flops / (opts["peak_tflops"] * opts["mfu"]),
+            "kv_cache_bytes_per_token": per_token, "kv_cache_bytes_per_seq": per_token * context,
+            "cache_state_bytes": state, "weight_bytes": weight_bytes, "max_decode_batch": max_batch,
+            "decode_tokens_per_sec_bound": decode_bound(batch),
+            "decode_tokens_per_sec_bound_max_batch": decode_bound(max_batch),
+            "bigbird_keys_per_query": max(keys) if keys else None, "vocab_size": model.config.vocab_size,
+            "dtype": opts["dtype_name"], "memory_bytes": opts["memory"],
+            "bandwidth_bytes_per_sec": opts["bandwidth"], "peak_flops": opts["peak_tflops"], "mfu": opts["mfu"]}
+
+
+def fmt_count(n: float) -> str:
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
+def fmt_bytes(n: float) -> str:
+    for scale, suffix in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if n >= scale:
+            return f"{n / scale:.3g} {suffix}"
+    return f"{n:.0f} B"
+
+
+def fmt_rate(r) -> str:
+    return "does not fit" if r is None else f"{r:,.0f}"
+
+
+def print_table(rows: list, opts: dict):
+    b = opts["batch"]
+    print(f"| variant | attention | params | attn params | train GFLOP/token (attn) | train step s (batch {b}) "
+          f"| cache/token | cache/seq | state/seq | max decode batch | decode tok/s <= (batch {b}) "
+          f"| decode tok/s <= (max batch) | BigBird keys/query |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['variant']} | {r['attention']}, {r['pos_encoding']} | {fmt_count(r['params'])} "
+              f"| {fmt_count(r['attn_params'])} | {r['train_flops_per_token'] / 1e9:.3g} "
+              f"({r['attn_flops_per_token'] / r['train_flops_per_token']:.0%}) | {r['train_step_s']:.3g} "
+              f"| {fmt_bytes(r['kv_cache_bytes_per_token'])} | {fmt_bytes(r['kv_cache_bytes_per_seq'])} "
+              f"| {fmt_bytes(r['cache_state_bytes'])} | {r['max_decode_batch']:,} "
+              f"| {fmt_rate(r['decode_tokens_per_sec_bound'])} "
+              f"| {fmt_rate(r['decode_tokens_per_sec_bound_max_batch'])} "
+              f"| {r['bigbird_keys_per_query'] or ''} |")
+
+
+def print_assumptions(opts: dict):
+    c, dt = opts["context"], opts["dtype_name"]
+    print(f"""
+Assumptions: context {c:,} tokens; weights and K/V cache in {dt} ({opts['dtype'].itemsize} bytes), GLA's state
+in fp32 as the model keeps it; vocab_size {opts['vocab_size']:,} (--vocab_size to change).
+- params: every parameter, the tied embedding once; attn params: the attention layers only.
+- train FLOPs/token: 6 x params + each layer's attention over {c:,} keys (BigBird: its selected keys; GLA:
+  its chunk and state), the count the model's MFU uses (GPT.flops_per_token; causal half not subtracted).
+  Step time: batch x context x FLOPs / ({opts['peak_tflops'] / 1e12:g} TFLOP/s x MFU {opts['mfu']:g}).
+- memory {opts['memory'] / 1e9:g} GB holds the weights, then the decode cache of each sequence (cache/seq +
+  state/seq); activations, framework overhead and fragmentation are not counted: max decode batch is an upper limit.
+- decode tok/s <=: memory-bound at {opts['bandwidth'] / 1e12:g} TB/s: each step reads all weights once and each
+  sequence's cache (BigBird only its selected keys; GLA reads and writes its state), batch x bandwidth / bytes
+  moved; compute ignored.
+- several devices: pass the totals (e.g. 8 x H100: --memory=640GB --bandwidth=26.8TB/s --peak_tflops=7912).""")
+
+
+def main(argv=None):
+    raw, configs, overrides = split_argv(sys.argv[1:] if argv is None else argv)
+    opts = parse_options(raw)
+    if not configs:
+        fail("no config files given: e.g. python -m tools.plan config/mha.py config/mla.py --context=32768")
+    models = [build_planned_model(path, overrides, opts) for path in configs]  # all checked before any row
+    rows = [plan_row(path, model, opts) for path, model in zip(configs, models)]
+    print_table(rows, opts)
+    print_assumptions(opts)
+    if opts["json"]:
+        with open(opts["json"], "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

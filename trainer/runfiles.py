@@ -1,0 +1,191 @@
+"""What a training run keeps in and around its out_dir, safe against kills and neighbours:
+the lock that keeps a second run out, strict-JSON files written atomically, a log cut back
+to its checkpoint on resume, and the signals that stop a run cleanly.
+"""
+import json
+import math
+import os
+import resource
+import signal
+import socket
+import sys
+import threading
+import time
+
+import torch
+
+from configurator import ConfigError
+from trainer.checkpoint import save_atomic
+
+LOCK_NAME = "train.lock"
+
+
+def strict(value):
+    """NaN and inf -> None, recursively: JSON that every parser reads."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
+def write_text_atomic(text, path):
+    save_atomic(text, path, writer=lambda t, f: f.write(t.encode()))
+
+
+def write_json_atomic(obj, path):
+    write_text_atomic(json.dumps(strict(obj), indent=2, allow_nan=False) + "\n", path)
+
+
+def cut_log(path, last_iter):
+    """Keep the log.jsonl lines up to last_iter (the checkpoint's); drop later and torn ones."""
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a kill
+            if isinstance(record, dict) and record.get("iter", math.inf) <= last_iter:
+                kept.append(json.dumps(record) + "\n")
+    write_text_atomic("".join(kept), path)
+
+
+def peak_memory_bytes(device_type):
+    """Peak CUDA memory allocated, or on CPU the process's peak resident set size."""
+    if device_type == "cuda":
+        return torch.cuda.max_memory_allocated()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+class RunLock:
+    """out_dir/train.lock holding pid and host while a run is alive. A second run is refused
+    with one line; a lock whose process is gone (same host) is taken over with a note."""
+
+    def __init__(self, out_dir):
+        self.path = os.path.join(out_dir, LOCK_NAME)
+        self.held = False
+
+    def acquire(self):
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                self._refuse_or_clear()
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}, f)
+            self.held = True
+            return
+        raise ConfigError(f"could not take {self.path}; another run is starting in the same out_dir")
+
+    def _refuse_or_clear(self):
+        try:
+            with open(self.path) as f:
+                owner = json.load(f)
+            pid, host = int(owner["pid"]), str(owner["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            owner = None
+        if owner is None:  # torn lock (killed while writing it): nobody can hold it
+            print(f"note: removing unreadable lock {self.path}", file=sys.stderr)
+        elif host != socket.gethostname() or pid_alive(pid):
+            raise ConfigError(f"out_dir {os.path.dirname(self.path)} is in use by train.py pid {pid} on {host} "
+                              f"({self.path}); wait for it to finish or pick another --out_dir")
+        else:
+            print(f"note: taking over {self.path} left by pid {pid}, which is no longer running", file=sys.stderr)
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    def release(self):
+        if self.held:
+            self.held = False
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP ask the run to stop after the current step (it saves a
+    checkpoint and exits 128 + signal). A second Ctrl-C exits at once, saving nothing."""
+    NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+    def __init__(self):
+        self.received = 0
+        self.previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.NAMES:
+                self.previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if self.received and signum == signal.SIGINT:
+            print("second interrupt: exiting now without saving", file=sys.stderr)
+            os._exit(130)
+        self.received = signum
+        print(f"{self.NAMES[signum]}: finishing this step, then saving a checkpoint"
+              + (" (Ctrl-C again to exit at once)" if signum == signal.SIGINT else ""), file=sys.stderr)
+
+    def name_of(self, signum):
+        return self.NAMES.get(signum, f"signal {signum}")
+
+    def restore(self):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+
+def all_ranks_max(value: int, dist) -> int:
+    """The largest value over the ranks (e.g. 'any rank saw a signal'); identity in one process."""
+    if not dist.strategy:
+        return value
+    t = torch.tensor(value, dtype=torch.int64, device=dist.device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return int(t.item())
+
+
+class NonFinite(Exception):
+    def __init__(self, iter_num, what):
+        super().__init__(f"{what} at iter {iter_num}")
+        self.iter_num = iter_num
+
+
+class BadStepWatch:
+    """Non-finite loss or gradient norm, noticed without a per-step host sync: a device-side
+    record of the first bad iteration, read at log lines and before any save. With float16
+    the GradScaler skips overflowing steps by design; only a long run of them counts."""
+
+    def __init__(self, device, fp16, patience=100):
+        self.first_bad = torch.full((), -1, dtype=torch.int64, device=device)
+        self.skips = torch.zeros((), dtype=torch.int64, device=device)
+        self.fp16, self.patience = fp16, patience
+
+    def update(self, iter_num, loss, grad_norm):
+        bad = ~torch.isfinite(loss)
+        if grad_norm is not None:
+            grad_bad = ~torch.isfinite(grad_norm)
+            if self.fp16:
+                self.skips = (self.skips + 1) * grad_bad
+                grad_bad = self.skips >= self.patience
+            bad = bad | grad_bad
+        self.first_bad = torch.where((self.first_bad < 0) & bad, iter_num, self.first_bad)
+
+    def check(self, dist):
+        first = all_ranks_max(int(self.first_bad.item()), dist)
+        if first >= 0:
+            raise NonFinite(first, "non-finite loss or gradient norm")

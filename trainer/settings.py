@@ -1,0 +1,202 @@
+"""Every key train.py takes: TrainConfig (the run) beside GPTConfig (the model), the parser
+that turns config files and --key=value overrides into both, and the checks that refuse a
+bad value in one line before any work. Tools that build models from the same keys
+(bench.py, plan.py, sweep.py) import this, never train.py.
+"""
+import inspect
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, fields
+
+import torch
+
+from configurator import ConfigError, parse_config
+from model import GPTConfig
+
+PRETRAINED = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
+
+
+@dataclass
+class TrainConfig:
+    # I/O
+    out_dir: str = "out"          # ckpt.pt, best.pt, log.jsonl, summary.json and the lock file go here
+    eval_interval: int = 250      # evaluate, log and checkpoint every this many iterations
+    log_interval: int = 10        # console line every this many iterations
+    eval_iters: int = 200         # batches per split per evaluation
+    eval_only: bool = False       # evaluate the checkpoint once and stop (needs init_from=resume)
+    always_save_checkpoint: bool = True  # False: write ckpt.pt only when val loss improves (nanoGPT's key)
+    init_from: str = "scratch"    # scratch | resume (from out_dir/ckpt.pt) | gpt2 | gpt2-medium | gpt2-large |
+                                  # gpt2-xl | a folder with GPT-2's config.json + model.safetensors
+    # wandb
+    wandb_log: bool = False
+    wandb_project: str = "which-attention"
+    wandb_group: str = ""         # e.g. the sweep's name, so its runs plot together
+    wandb_run_name: str = ""      # default: <attention>-<pos_encoding>
+    # data: data_dir/dataset/{train,val}.bin + meta.json
+    dataset: str = "shakespeare_char"
+    data_dir: str = "data"
+    gradient_accumulation_steps: int = 1  # micro-batches per step, summed over all ranks
+    batch_size: int = 12          # sequences per micro-batch per rank
+    # AdamW and the cosine schedule with linear warmup
+    learning_rate: float = 6e-4   # peak, after warmup
+    max_iters: int = 2000         # optimizer steps in total (a resumed run continues to it)
+    weight_decay: float = 0.1     # on matrices only (not biases, norms)
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0        # clip the global gradient norm to this; 0 disables
+    decay_lr: bool = True         # False: constant learning_rate
+    warmup_iters: int = 100       # linear warmup steps
+    lr_decay_iters: int = 2000    # cosine decay ends here (at min_lr); usually = max_iters
+    min_lr: float = 6e-5          # floor of the schedule
+    # system
+    backend: str = "nccl"         # process-group backend under torchrun on GPUs (CPU ranks use gloo)
+    strategy: str = "ddp"         # under torchrun: ddp (every rank holds the whole model and optimizer) |
+                                  # fsdp (FSDP2: weights, grads and AdamW state sharded across ranks,
+                                  # each Block gathered in param dtype for its forward/backward)
+    device: str = "auto"          # auto (cuda if present) | cpu | cuda | cuda:N | mps
+    dtype: str = "auto"           # auto (bfloat16 on CUDA if supported, else float32) | float32 | bfloat16 |
+                                  # float16 (CUDA only, with a GradScaler); bfloat16 on CPU runs under autocast
+    compile: bool = False         # torch.compile the model
+    threads: int = 0              # CPU runs: torch's threads; 0 = the visible cores less the processes running
+                                  # at start (trainer/threads.py); OMP_NUM_THREADS, when set, is kept
+    seed: int = 1337              # weights, batches and dropout masks all derive from it (0 <= seed < 2**32)
+
+
+MODEL_KEYS = {f.name: f.type for f in fields(GPTConfig) if f.name != "vocab_size"}
+TRAIN_KEYS = {f.name: f.type for f in fields(TrainConfig)}
+# keys a resumed run may change; every other model key must match the checkpoint
+RESUME_MAY_CHANGE = ("attn_impl", "dropout")
+
+
+def parse_keys(argv, explicit: set | None = None) -> dict:
+    """Config files and --key=value overrides -> every train and model key (type-checked).
+    explicit, when given, receives the keys the user set."""
+    defaults = {**asdict(TrainConfig()), **{k: getattr(GPTConfig, k) for k in MODEL_KEYS}}
+    return parse_config(argv, {**TRAIN_KEYS, **MODEL_KEYS}, defaults, explicit)
+
+
+def check_train_values(tc: TrainConfig):
+    """Impossible optimizer, schedule and loop values: one ConfigError line each."""
+    at_least = {"eval_interval": 1, "log_interval": 1, "eval_iters": 1, "batch_size": 1,
+                "gradient_accumulation_steps": 1, "max_iters": 0, "warmup_iters": 0, "lr_decay_iters": 0,
+                "threads": 0}
+    for key, low in at_least.items():
+        if getattr(tc, key) < low:
+            raise ConfigError(f"{key}={getattr(tc, key)} must be at least {low}")
+    for key in ("learning_rate", "min_lr", "weight_decay", "grad_clip"):
+        value = getattr(tc, key)
+        if not value >= 0 or value == float("inf"):  # also catches nan
+            raise ConfigError(f"{key}={value} must be a finite number >= 0")
+    for key in ("beta1", "beta2"):
+        if not 0.0 <= getattr(tc, key) < 1.0:
+            raise ConfigError(f"{key}={getattr(tc, key)} must be in [0, 1) (AdamW's moment decay)")
+    if not 0 <= tc.seed < 2**32:
+        raise ConfigError(f"seed={tc.seed} must be in [0, 2**32)")
+    if tc.strategy not in ("ddp", "fsdp"):
+        raise ConfigError(f"strategy={tc.strategy!r}; choose ddp or fsdp")
+    if tc.dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise ConfigError(f"dtype={tc.dtype!r}; choose auto, float32, bfloat16 or float16")
+    if tc.init_from not in ("scratch", "resume", *PRETRAINED) and not os.path.isdir(tc.init_from):
+        raise ConfigError(f"init_from={tc.init_from!r}; choose scratch, resume, {', '.join(PRETRAINED)} or a folder "
+                          "holding a GPT-2 config.json and model.safetensors")
+    if tc.eval_only and tc.init_from == "scratch":
+        raise ConfigError("eval_only=True evaluates a trained model: add --init_from=resume (reads out_dir/ckpt.pt) "
+                          "or a pretrained init_from such as gpt2")
+
+
+def resolve_device(name: str) -> str:
+    """auto -> cuda if present else cpu; an unknown or unavailable device is a ConfigError."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return name
+    if name == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError("device=mps but MPS (Apple GPU) is not available here; use --device=cpu")
+        return name
+    match = re.fullmatch(r"cuda(?::(\d+))?", name)
+    if not match:
+        raise ConfigError(f"device={name!r}; choose auto, cpu, cuda, cuda:N or mps")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device={name} but CUDA is not available; use --device=cpu")
+    if match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
+        raise ConfigError(f"device={name} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return name
+
+
+def resolve_dtype(name: str, device: str) -> str:
+    """auto -> bfloat16 on CUDA when supported, else float32. Half precision must really run:
+    bfloat16 runs on CPU under autocast; float16 needs CUDA (its GradScaler)."""
+    device_type = device.split(":")[0]
+    if name == "auto":
+        return "bfloat16" if device_type == "cuda" and torch.cuda.is_bf16_supported() else "float32"
+    if name == "float16" and device_type != "cuda":
+        raise ConfigError(f"dtype=float16 needs CUDA (device is {device}); use --dtype=bfloat16 or float32")
+    return name
+
+
+def read_meta(data: str) -> dict:
+    """data/<dataset>/meta.json, checked: vocab_size a positive int, dtype uint16 or uint32."""
+    path = os.path.join(data, "meta.json")
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is not readable JSON ({e}); re-run the dataset's prepare script") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("vocab_size"), int) or meta["vocab_size"] < 1:
+        raise ConfigError(f"{path} has no positive integer vocab_size; re-run the dataset's prepare script")
+    if meta.get("dtype", "uint16") not in ("uint16", "uint32"):
+        raise ConfigError(f"{path} says dtype={meta.get('dtype')!r}; expected uint16 or uint32")
+    return meta
+
+
+def missing_dataset_hint(data_dir: str, dataset: str) -> str:
+    """The command that makes data_dir/dataset: its own prepare script, else the generic text one."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
+    target = os.path.join(data_dir, dataset)
+    script = os.path.join(here, "data", dataset, "prepare.py")
+    if os.path.isfile(script):
+        return f"python {os.path.relpath(script)} --out_dir {target}"
+    generic = os.path.relpath(os.path.join(here, "data", "text", "prepare.py"))
+    return f"python {generic} --input YOUR_TEXT_FILE --out_dir {target}"
+
+
+def check_data(tc: TrainConfig) -> dict:
+    data = os.path.join(tc.data_dir, tc.dataset)
+    missing = [f for f in ("train.bin", "val.bin", "meta.json") if not os.path.exists(os.path.join(data, f))]
+    if missing:
+        raise ConfigError(f"dataset {tc.dataset!r} is missing {', '.join(missing)} in {data}; make it with: "
+                          f"{missing_dataset_hint(tc.data_dir, tc.dataset)}")
+    return read_meta(data)
+
+
+def train_help() -> str:
+    """python train.py --help: usage, then every key with its type, default and defining comment."""
+    lines = [inspect.getmodule(check_data).__doc__.strip(), "",
+             "usage: python train.py [CONFIG_FILE ...] [--key=value ...]", ""]
+    for cls, title in ((TrainConfig, "training keys (settings.py TrainConfig)"),
+                       (GPTConfig, "model keys (model.py GPTConfig)")):
+        lines.append(title + ":")
+        comments = _field_comments(cls)
+        for f in fields(cls):
+            if f.name == "vocab_size":
+                continue
+            lines.append(f"  --{f.name}={f.default!r:<14} {f.type.__name__:<6} {comments.get(f.name, '')}".rstrip())
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _field_comments(cls) -> dict:
+    """name -> the comment after its definition (plus continuation comment lines)."""
+    comments, last = {}, None
+    for line in inspect.getsource(cls).splitlines():
+        field = re.match(r"\s+(\w+): \w+ = .*?(?:#\s*(.*))?$", line)
+        if field:
+            last = field.group(1)
+            comments[last] = field.group(2) or ""
+        elif last and re.match(r"\s+#", line) and comments.get(last):
+            comments[last] += " " + line.strip().lstrip("#").strip()
+        else:
+            last = None
+    return comments
