@@ -33,7 +33,11 @@ def _check_type(key, value, typ, raw):
 
 def _exec_config_file(path, namespace):
     if not os.path.isfile(path):
-        raise ConfigError(f"config file {path!r} not found")
+        folder = os.path.dirname(path) or "."
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".py")) if os.path.isdir(folder) else []
+        close = difflib.get_close_matches(os.path.basename(path), names, n=1)
+        hint = f"; did you mean {os.path.join(os.path.dirname(path), close[0])}?" if close else ""
+        raise ConfigError(f"config file {path!r} not found{hint}")
     base = os.path.dirname(os.path.abspath(path))
     namespace["include"] = lambda rel: _exec_config_file(os.path.join(base, rel), namespace)
     with open(path) as f:

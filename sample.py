@@ -136,7 +136,8 @@ def main(argv=None):
     args = parse_args(argv)
     ckpt_path = run_checkpoint_path(args.out_dir, args.ckpt)
     if not args.init_from and not os.path.exists(ckpt_path):
-        fail(f"{ckpt_path} not found; train first (python train.py config/gqa.py) or pass --out_dir")
+        fail(f"{ckpt_path} not found; pass the out_dir you trained into (python train.py config/gqa.py "
+             f"writes out-gqa: --out_dir=out-gqa)")
     start = read_prompt(args.start)
     try:  # every problem with the device, checkpoint, prompt or flags: one line, before any work
         device = resolve_device(args.device)

@@ -12,7 +12,6 @@ init_from=resume continues from out_dir/ckpt.pt. A lock file keeps a second run 
 same out_dir. Exit status: 0 done, 2 bad input or checkpoint, 3 non-finite loss (the last
 good checkpoint kept), 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM after saving.
 """
-import json
 import math
 import os
 import sys
@@ -34,15 +33,14 @@ from trainer.checkpoint import (
     remove_stale_tmp,
     save_atomic,
 )
+from trainer.rundir import append_log, open_log, write_summary
 from trainer.runfiles import (
     BadStepWatch,
     NonFinite,
     RunLock,
     StopSignals,
     all_ranks_max,
-    cut_log,
     peak_memory_bytes,
-    write_json_atomic,
 )
 from trainer.settings import (
     MODEL_KEYS,
@@ -244,6 +242,7 @@ class Trainer:
         self.train_time = progress.get("train_time_s", 0.0)       # time inside training steps
         self.train_tokens = progress.get("train_tokens", 0)
         self.last_val = progress.get("last_val_loss")
+        self.last_eval = progress.get("last_eval")                # the last metrics dict (see metrics)
         self.t_start = time.time()
         self.ckpt_path = os.path.join(tc.out_dir, "ckpt.pt")
         self.wandb = None
@@ -311,27 +310,37 @@ class Trainer:
         if best:
             save_atomic(weights, os.path.join(self.tc.out_dir, "best.pt"))
         progress = {"wall_s": self.elapsed(), "train_time_s": self.train_time, "train_tokens": self.train_tokens,
-                    "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val}
+                    "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val, "last_eval": self.last_eval}
         save_atomic({**weights, "optimizer": optim_sd, "progress": progress,
                      "rng": {"scheme": "seeded by (seed, rank, step)", "seed": self.tc.seed}}, self.ckpt_path)
         self.saved_at = self.iter_num
 
+    def tokens_per_sec(self):
+        """Training tokens per second inside training steps (evaluations and saves left out)."""
+        return self.train_tokens / self.train_time if self.train_time > 0 else 0.0
+
+    def metrics(self, losses, lr):
+        """The one record of an evaluation: the console line, a log.jsonl line and a wandb row
+        are this dict, and summary.json keeps the last one as "last_eval"."""
+        return {"iter": self.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
+                "tokens_per_sec": self.tokens_per_sec(), "elapsed_s": self.elapsed()}
+
     def summary(self, finished, stopped=None):
-        tps = self.train_tokens / self.train_time if self.train_time > 0 else 0.0
         return {"attention": self.gptconf.attention, "pos_encoding": self.gptconf.pos_encoding,
                 "n_kv_head": self.gptconf.n_kv_head, "params": self.raw.n_params,
                 "best_val_loss": self.best_val_loss, "final_val_loss": self.last_val, "iters": self.iter_num,
-                "max_iters": self.tc.max_iters, "tokens_per_sec": tps, "tokens": self.train_tokens,
+                "max_iters": self.tc.max_iters, "tokens_per_sec": self.tokens_per_sec(), "tokens": self.train_tokens,
                 "train_time_s": self.train_time, "peak_mem_bytes": peak_memory_bytes(self.device_type),
                 "kv_cache_bytes_per_token": self.kv_bytes, "cache_state_bytes": self.raw.cache_state_elems() * 4,
                 "wall_s": self.elapsed(), "device": self.dist.device, "dtype": self.tc.dtype,
                 "threads": torch.get_num_threads(),
                 "dataset": self.tc.dataset, "seed": self.tc.seed,
-                "attn_impl": self.raw.attn_impl_report(), "finished": finished, "stopped": stopped}
+                "attn_impl": self.raw.attn_impl_report(), "finished": finished, "stopped": stopped,
+                "last_eval": self.last_eval}
 
     def write_summary(self, finished, stopped=None):
         if self.dist.master:
-            write_json_atomic(self.summary(finished, stopped), os.path.join(self.tc.out_dir, "summary.json"))
+            write_summary(self.tc.out_dir, self.summary(finished, stopped))
 
     def evaluate_and_save(self, lr, log_file):
         """Evaluate; refuse to save non-finite losses; log, then ckpt.pt/best.pt and summary.json."""
@@ -344,15 +353,12 @@ class Trainer:
             return
         self.last_val, self.evaluated_at = losses["val"], self.iter_num
         self.best_val_loss = min(self.best_val_loss, losses["val"])
-        tps = self.train_tokens / self.train_time if self.train_time > 0 else 0.0
-        record = {"iter": self.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-                  "tokens_per_sec": tps, "elapsed_s": self.elapsed()}
+        m = self.last_eval = self.metrics(losses, lr)
         if self.dist.master:
-            print(f"eval {self.iter_num}: train {losses['train']:.4f}, val {losses['val']:.4f}")
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
+            print(f"eval {m['iter']}: train {m['train_loss']:.4f}, val {m['val_loss']:.4f}")
+            append_log(log_file, m)
         if self.wandb:
-            self.wandb.log(record, step=self.iter_num)
+            self.wandb.log(m, step=m["iter"])
         improved = losses["val"] <= self.best_val_loss
         if self.iter_num > 0 and (self.tc.always_save_checkpoint or improved):
             self.save(best=improved)
@@ -420,8 +426,11 @@ def start_wandb(trainer, run_name):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("-h", "--help"):
-        print(train_help())
+    if any(a in ("-h", "--help") for a in argv):  # after config files: show their values
+        try:
+            print(train_help([a for a in argv if not a.startswith("-")]))
+        except ValueError as e:
+            fail(str(e))
         return
     try:
         tc, gptconf, meta, flat_cfg, checkpoint = load_settings(argv)
@@ -460,10 +469,10 @@ def open_run_files(trainer):
           f"device {dist.device} {tc.dtype}, attn_impl {impl['used']}"
           + (f" (requested {impl['requested']}: {impl['why']})" if impl["why"] else ""))
     trainer.wandb = start_wandb(trainer, run_name) if tc.wandb_log else None
-    log_path = os.path.join(tc.out_dir, "log.jsonl")
     if tc.init_from == "resume":
-        cut_log(log_path, trainer.iter_num)  # drop evaluations past the checkpoint (a kill after logging)
-    return open(log_path, "a" if tc.init_from == "resume" else "w")
+        print(f"resumed from iteration {trainer.iter_num} of {tc.out_dir}/ckpt.pt "
+              f"(best val {trainer.best_val_loss:.4f})")
+    return open_log(tc.out_dir, trainer.iter_num if tc.init_from == "resume" else None)
 
 
 def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):

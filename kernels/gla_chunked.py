@@ -45,6 +45,26 @@ def recurrent_gla_step(q, k, v, g, state, scale=None):
     return o.reshape(B, H, 1, -1).to(q.dtype), state
 
 
+# chunk_gla's numerical safety. Every exponent in its formulas (the docstring) is <= 0 except
+# the intra-chunk exp(b_i - b_j) when factored the textbook way, (q_i * exp(b_i)) . (k_j * exp(-b_j)): exp(-b_j)
+# overflows fp32 once a chunk decays by more than ~88 nats. Two ways, chosen per call:
+#
+# - factored (fast: one matmul), when no chunk decays by more than MAX_FACTORED_SPAN
+#   = 40 nats: every factor then lies in [e^-40, e^40], far from fp32's limits (also
+#   through the backward), and each product equals the direct one to a few ulps. This
+#   is the usual case (GLA's g = logsigmoid(.)/16 decays ~0.04-1 nats a step);
+# - sub-chunked, otherwise: sub-chunks of c ~ sqrt(C) tokens (8 for C = 64), where no
+#   exponent is ever positive:
+#
+#           j: sub-chunk 0   1   2   3
+#     i: 0     [ D0 ]                      D = diagonal block: pairwise (c, c, Dk)
+#        1     [ F  ][ D1 ]                    tensor exp(b_i - b_j), exponent masked
+#        2     [ F  ][ F  ][ D2 ]              to -inf above the diagonal before exp
+#        3     [ F  ][ F  ][ F  ][ D3 ]    F = factored through r = b at the first token
+#                                              of the row's sub-chunk: exp(b_i - r) and
+#                                              exp(r - b_j), both exponents <= 0
+#   so only a (C/c, C, Dk) and a (C, c, Dk) tensor per chunk are formed, not (C, C, Dk)
+#   (flash-linear-attention's kernel does the same with c = 16, the pairs in registers).
 @in_fp32
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
     """The chunked parallel form (GLA paper, section 4): same arguments and results as
@@ -58,26 +78,7 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
                        + sum_{j<=i} (sum_d q_id k_jd exp(b_id - b_jd)) v_j ]   (intra-chunk)
         S_{n+1} = exp(b_{C-1}) * S_n + sum_j (k_j * exp(b_{C-1} - b_j))^T v_j
 
-    Numerical safety. Every exponent above is <= 0 except the intra-chunk exp(b_i - b_j)
-    when factored the textbook way, (q_i * exp(b_i)) . (k_j * exp(-b_j)): exp(-b_j)
-    overflows fp32 once a chunk decays by more than ~88 nats. Two ways, chosen per call:
-
-    - factored (fast: one matmul), when no chunk decays by more than MAX_FACTORED_SPAN
-      = 40 nats: every factor then lies in [e^-40, e^40], far from fp32's limits (also
-      through the backward), and each product equals the direct one to a few ulps. This
-      is the usual case (GLA's g = logsigmoid(.)/16 decays ~0.04-1 nats a step);
-    - sub-chunked, otherwise: sub-chunks of c ~ sqrt(C) tokens (8 for C = 64), where no
-      exponent is ever positive:
-
-              j: sub-chunk 0   1   2   3
-        i: 0     [ D0 ]                      D = diagonal block: pairwise (c, c, Dk)
-           1     [ F  ][ D1 ]                    tensor exp(b_i - b_j), exponent masked
-           2     [ F  ][ F  ][ D2 ]              to -inf above the diagonal before exp
-           3     [ F  ][ F  ][ F  ][ D3 ]    F = factored through r = b at the first token
-                                                 of the row's sub-chunk: exp(b_i - r) and
-                                                 exp(r - b_j), both exponents <= 0
-      so only a (C/c, C, Dk) and a (C, c, Dk) tensor per chunk are formed, not (C, C, Dk)
-      (flash-linear-attention's kernel does the same with c = 16, the pairs in registers).
+    Numerical safety: the comment above the function.
     """
     B, H, T, Dk = q.shape
     Hkv, Dv = k.size(1), v.size(-1)

@@ -165,3 +165,25 @@ def test_clip_grad_norm_equals_torch_clip():
         for p, q in zip(ours, ref):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-9)
         assert (torch.cat([p.grad.flatten() for p in ours]).norm() <= max_norm * (1 + 1e-6)) or scale < 1
+
+
+def test_one_metrics_dict_feeds_log_summary_and_wandb(data_root, tmp_path, monkeypatch, capsys):
+    """Each evaluation's metrics dict is the log.jsonl line, the wandb row (at its step) and,
+    for the last one, summary.json's last_eval; the console's eval line prints its losses."""
+    import types
+    logged, summary_updates = [], {}
+    fake = types.SimpleNamespace(init=lambda **kw: None, finish=lambda: None,
+                                 log=lambda row, step: logged.append((step, dict(row))),
+                                 summary=types.SimpleNamespace(update=summary_updates.update))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=20", "--eval_interval=10", "--wandb_log=True"))
+    log = read_log(out)
+    assert [r["iter"] for r in log] == [0, 10, 20]
+    assert [(r["iter"], r) for r in log] == logged              # wandb got exactly the logged dicts
+    summary = json.load(open(out / "summary.json"))
+    assert summary["last_eval"] == log[-1] == summary_updates["last_eval"]
+    assert summary["final_val_loss"] == log[-1]["val_loss"] and summary["tokens_per_sec"] == log[-1]["tokens_per_sec"]
+    console = capsys.readouterr().out
+    for r in log:
+        assert f"eval {r['iter']}: train {r['train_loss']:.4f}, val {r['val_loss']:.4f}" in console

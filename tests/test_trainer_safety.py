@@ -344,6 +344,12 @@ def test_help_lists_every_key_with_its_comment():
     for key in ("--learning_rate=", "--attention=", "--always_save_checkpoint=", "--n_kv_head="):
         assert key in r.stdout
     assert "clip the global gradient norm" in r.stdout  # the comment where grad_clip is defined
+    lines = r.stdout.splitlines()
+    assert "  # wandb" in lines                             # a section title on its own line
+    # after a config file: its values (config/gqa.py sets n_kv_head = 2 and out_dir = "out-gqa")
+    r = subprocess.run([sys.executable, "train.py", "config/gqa.py", "--help"], cwd=ROOT, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "--n_kv_head=2 " in r.stdout and "--out_dir='out-gqa'" in r.stdout
 
 
 def test_bfloat16_on_cpu_really_computes_in_bfloat16(data_root, tmp_path):

@@ -11,7 +11,6 @@ config marked where it exceeds the seed noise) and OUT/report.png (mean val loss
 band of ± one std over seeds, against iterations and against wall time).
 """
 import argparse
-import json
 import math
 import os
 import re
@@ -19,40 +18,10 @@ import statistics
 import sys
 
 from configurator import fail
+from trainer.rundir import RunError, load_run
 
 SEED_SUFFIX = re.compile(r"-s\d+$")
 NOISE_FACTOR = 2.0  # a difference counts when |diff| > NOISE_FACTOR x the pooled std of the two configs
-
-
-class RunError(ValueError):
-    pass
-
-
-def read_log(path):
-    """log.jsonl records; a torn last line (a run killed mid-write) is skipped."""
-    records = []
-    with open(path) as f:
-        for line in f:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
-
-
-def load_run(run_dir):
-    """(name, summary, log) of one run folder; RunError if it has no summary.json."""
-    path = os.path.join(run_dir, "summary.json")
-    if not os.path.isfile(path):
-        raise RunError(f"{path} not found; is {run_dir} a train.py out_dir that has reached an evaluation?")
-    try:
-        with open(path) as f:
-            summary = json.load(f)
-    except json.JSONDecodeError as e:
-        raise RunError(f"{path} is not valid JSON ({e.msg}); re-run or resume that run") from None
-    log_path = os.path.join(run_dir, "log.jsonl")
-    log = read_log(log_path) if os.path.isfile(log_path) else []
-    return os.path.basename(os.path.normpath(run_dir)), summary, log
 
 
 def config_name(run_name):

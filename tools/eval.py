@@ -63,7 +63,8 @@ def window_loss(model, tokens, length, batch_size, device, desc):
     """Mean next-token loss over non-overlapping windows of `length` covering tokens."""
     n_windows = (len(tokens) - 1) // length
     total, count = 0.0, 0
-    for start in tqdm(range(0, n_windows, batch_size), desc=desc, unit="batch", leave=False, file=sys.stderr):
+    for start in tqdm(range(0, n_windows, batch_size), desc=desc, unit="batch", leave=False, file=sys.stderr,
+                      disable=not sys.stderr.isatty()):  # no bars in a redirected log
         rows = range(start, min(start + batch_size, n_windows))
         chunk = np.stack([tokens[r * length:r * length + length + 1] for r in rows]).astype(np.int64)
         batch = torch.from_numpy(chunk).to(device)

@@ -15,7 +15,6 @@ and OUT/report.png group the seeds of each config (compare.py: n, mean ± std).
 Exit status: 0 all runs finished; 1 some run failed (the others still ran; see its
 train.log); 2 bad input (before any training, or a run refused its input).
 """
-import json
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ import time
 
 from configurator import ConfigError, fail
 from model import GPTConfig
-from tools import compare
+from trainer.rundir import read_log, run_state
 from trainer.settings import MODEL_KEYS, parse_keys
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root, where train.py is
@@ -72,23 +71,8 @@ def parse_args(argv):
     return configs, seeds, out, overrides
 
 
-def run_state(run_dir):
-    """'finished' (summary.json says so, or has no 'finished' key: older train.py writes it only
-    at the end), 'resume' (a checkpoint to continue from) or 'scratch'."""
-    path = os.path.join(run_dir, "summary.json")
-    if os.path.isfile(path):
-        try:
-            with open(path) as f:
-                if json.load(f).get("finished", True):
-                    return "finished"
-        except (json.JSONDecodeError, OSError):
-            pass  # torn: the run did not finish cleanly
-    return "resume" if os.path.isfile(os.path.join(run_dir, "ckpt.pt")) else "scratch"
-
-
 def iters_done(run_dir):
-    log_path = os.path.join(run_dir, "log.jsonl")
-    log = compare.read_log(log_path) if os.path.isfile(log_path) else []
+    log = read_log(run_dir)
     return log[-1]["iter"] if log else 0
 
 
@@ -192,12 +176,10 @@ def report_runs(runs, out):
     done = [run_dir for _, _, run_dir in runs if run_state(run_dir) == "finished"]
     if not done:
         return
-    try:
-        text = compare.write_report(done, out)
-    except compare.RunError as e:
-        fail(str(e))
-    print(text, end="")
-    print(f"wrote {out}/report.md and {out}/report.png", file=sys.stderr)
+    # the report is compare's, through its command line (no tool imports another entry script)
+    r = subprocess.run([sys.executable, "-m", "tools.compare", *done, "--out", out], cwd=HERE)
+    if r.returncode:
+        sys.exit(r.returncode)
 
 
 if __name__ == "__main__":

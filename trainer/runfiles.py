@@ -1,9 +1,8 @@
-"""What a training run keeps in and around its out_dir, safe against kills and neighbours:
-the lock that keeps a second run out, strict-JSON files written atomically, a log cut back
-to its checkpoint on resume, and the signals that stop a run cleanly.
+"""What keeps a training run safe against kills and neighbours: the lock that keeps a second
+run out of its out_dir, the signals that stop a run cleanly, the non-finite watch. The run's
+records (log.jsonl, summary.json) are trainer/rundir.py's.
 """
 import json
-import math
 import os
 import resource
 import signal
@@ -15,44 +14,8 @@ import time
 import torch
 
 from configurator import ConfigError
-from trainer.checkpoint import save_atomic
 
 LOCK_NAME = "train.lock"
-
-
-def strict(value):
-    """NaN and inf -> None, recursively: JSON that every parser reads."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    return value
-
-
-def write_text_atomic(text, path):
-    save_atomic(text, path, writer=lambda t, f: f.write(t.encode()))
-
-
-def write_json_atomic(obj, path):
-    write_text_atomic(json.dumps(strict(obj), indent=2, allow_nan=False) + "\n", path)
-
-
-def cut_log(path, last_iter):
-    """Keep the log.jsonl lines up to last_iter (the checkpoint's); drop later and torn ones."""
-    if not os.path.exists(path):
-        return
-    kept = []
-    with open(path) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a kill
-            if isinstance(record, dict) and record.get("iter", math.inf) <= last_iter:
-                kept.append(json.dumps(record) + "\n")
-    write_text_atomic("".join(kept), path)
 
 
 def peak_memory_bytes(device_type):

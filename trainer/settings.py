@@ -1,7 +1,7 @@
 """Every key train.py takes: TrainConfig (the run) beside GPTConfig (the model), the parser
 that turns config files and --key=value overrides into both, and the checks that refuse a
 bad value in one line before any work. Tools that build models from the same keys
-(bench.py, plan.py, sweep.py) import this, never train.py.
+(tools/bench.py, plan.py, sweep.py) import this, never train.py.
 """
 import inspect
 import json
@@ -171,32 +171,46 @@ def check_data(tc: TrainConfig) -> dict:
     return read_meta(data)
 
 
-def train_help() -> str:
-    """python train.py --help: usage, then every key with its type, default and defining comment."""
+def train_help(config_files=()) -> str:
+    """python train.py [CONFIG_FILE ...] --help: usage, then every key with its type, its value
+    (after the config files given, if any) and the comment that defines it, grouped by section."""
+    values = parse_keys(list(config_files)) if config_files else {}
+    source = f"values after {', '.join(config_files)}" if config_files else "defaults"
     lines = [inspect.getmodule(check_data).__doc__.strip(), "",
-             "usage: python train.py [CONFIG_FILE ...] [--key=value ...]", ""]
-    for cls, title in ((TrainConfig, "training keys (settings.py TrainConfig)"),
+             "usage: python train.py [CONFIG_FILE ...] [--key=value ...]",
+             "Config files are Python and run when loaded: never load one from an untrusted source.", ""]
+    for cls, title in ((TrainConfig, "training keys (trainer/settings.py TrainConfig)"),
                        (GPTConfig, "model keys (model.py GPTConfig)")):
-        lines.append(title + ":")
-        comments = _field_comments(cls)
-        for f in fields(cls):
-            if f.name == "vocab_size":
-                continue
-            lines.append(f"  --{f.name}={f.default!r:<14} {f.type.__name__:<6} {comments.get(f.name, '')}".rstrip())
+        rows = [(f"--{f.name}={values.get(f.name, f.default)!r}", f.type.__name__, f.name)
+                for f in fields(cls) if f.name != "vocab_size"]
+        width = max(len(r[0]) for r in rows)
+        lines.append(f"{title}, {source}:")
+        comments, sections = _field_comments(cls)
+        for key, type_name, name in rows:
+            if name in sections:
+                lines.append(f"  # {sections[name]}")
+            lines.append(f"  {key:<{width}}  {type_name:<5}  {comments.get(name, '')}".rstrip())
         lines.append("")
     return "\n".join(lines)
 
 
-def _field_comments(cls) -> dict:
-    """name -> the comment after its definition (plus continuation comment lines)."""
-    comments, last = {}, None
+def _field_comments(cls):
+    """-> ({name: the comment after its definition, continuation lines joined},
+    {name: the section comment just above it}). A continuation line is a comment indented past
+    the fields; a comment at the fields' own indent opens a section."""
+    comments, sections, last, section = {}, {}, None, None
     for line in inspect.getsource(cls).splitlines():
-        field = re.match(r"\s+(\w+): \w+ = .*?(?:#\s*(.*))?$", line)
+        field = re.match(r"(\s+)(\w+): [\w|. ]+ = .*?(?:#\s*(.*))?$", line)
+        comment = re.match(r"(\s+)#\s*(.*)", line)
         if field:
-            last = field.group(1)
-            comments[last] = field.group(2) or ""
-        elif last and re.match(r"\s+#", line) and comments.get(last):
-            comments[last] += " " + line.strip().lstrip("#").strip()
+            last = field.group(2)
+            comments[last] = field.group(3) or ""
+            if section:
+                sections[last], section = section, None
+        elif comment and last and len(comment.group(1)) > 4:
+            comments[last] += " " + comment.group(2)
+        elif comment:
+            section, last = comment.group(2), None
         else:
             last = None
-    return comments
+    return comments, sections

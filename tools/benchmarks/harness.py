@@ -1,6 +1,6 @@
 """What every benchmark shares: its command line (--json, --out, --quick), one timing helper,
 a time budget that skips what does not fit, peak-memory measurement, output writing, and
-the one reader of train.py run folders (summary.json and the run's train config).
+a reader of train.py run folders (through trainer/rundir.py, plus the train config in ckpt.pt).
 """
 import argparse
 import json
@@ -192,8 +192,8 @@ def emit(markdown, results, args):
 def read_run(run_dir):
     """One train.py run folder: its summary.json plus ms per training iteration (from the
     train config in its checkpoint), as a dict."""
-    from tools.compare import load_run
     from trainer.checkpoint import load_checkpoint, run_checkpoint_path
+    from trainer.rundir import load_run
     name, summary, _ = load_run(run_dir)
     cfg = load_checkpoint(run_checkpoint_path(run_dir, "last"))["config"]
     tokens_per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
