@@ -14,7 +14,6 @@ pytest.importorskip("transformers")
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import pretrained
-from model import GPT
 from pretrained import from_pretrained
 
 C, H, D, LAYERS = 32, 4, 8, 2     # the tiny GPT-2 below: 4 heads of 8
@@ -220,7 +219,7 @@ def test_bad_inputs_are_one_line_value_errors(tmp_path, name, overrides, words):
     if name == "LLAMA":
         write_config(folder, model_type="llama")
     name = {"EMPTY": str(tmp_path / "empty"), "LLAMA": str(folder), "FOLDER": str(folder)}.get(name, name)
-    for load in (GPT.from_pretrained, pretrained.pretrained_config):   # the weights, or the config alone
+    for load in (from_pretrained, pretrained.pretrained_config):   # the weights, or the config alone
         with pytest.raises(ValueError, match=re.escape(words)) as err:
             load(name, **overrides)
         assert "\n" not in str(err.value)
