@@ -39,7 +39,11 @@ def _exec_config_file(path, namespace):
         hint = f"; did you mean {os.path.join(os.path.dirname(path), close[0])}?" if close else ""
         raise ConfigError(f"config file {path!r} not found{hint}")
     base = os.path.dirname(os.path.abspath(path))
-    namespace["include"] = lambda rel: _exec_config_file(os.path.join(base, rel), namespace)
+
+    def include(rel):  # relative to this file, also after an include of a file elsewhere has run
+        _exec_config_file(os.path.join(base, rel), namespace)
+        namespace["include"] = include
+    namespace["include"] = include
     with open(path) as f:
         source = f.read()
     try:

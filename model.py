@@ -36,12 +36,15 @@ class GPTConfig:
     dropout: float = 0.0          # on attention probabilities, residual branches and embeddings
     bias: bool = False            # biases in Linear and LayerNorm layers (GPT-2: True); MLA: see attention/mla.py
     gelu_approximate: str = "none"  # MLP activation, F.gelu's `approximate`: none (exact erf) | tanh (GPT-2's)
+    mlp_hidden: int = 0           # MLP hidden width; 0 = 4 * n_embd (sweep --match=params solves it per variant)
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon (PyTorch's default, and GPT-2's)
     attention: str = "mha"        # one of attention.VARIANTS: mha, gqa, mqa, ...
     n_kv_head: int = 0            # KV heads; 0 = what `attention` implies (mha: n_head, mqa: 1)
     pos_encoding: str = "rope"    # rope | alibi | learned | sinusoidal | none
     rope_base: float = 10000.0    # RoPE theta_i = rope_base^(-2i/d)
     attn_impl: str = "auto"       # auto (Triton on CUDA, else SDPA) | triton | sdpa | naive
+    attn_output_gate: str = "none"  # softmax variants: none | sigmoid (y_h * sigmoid(x W_g)_h before c_proj,
+                                  # elementwise per head from the block input: Qiu et al. 2025, "Gated Attention")
     # --- MLA (attention/mla.py), DeepSeek-V2 section 2.1 ---
     q_lora_rank: int = 0          # query compression rank; 0 = a full query projection
     kv_lora_rank: int = 0         # latent KV rank d_c; 0 = 4 * qk_nope_head_dim (the paper's ratio)
@@ -61,6 +64,8 @@ class GPTConfig:
     gla_gate: str = "data"        # data (GLA's data-dependent decay) | none (plain linear attention)
     gla_feature_map: str = "identity"  # identity (GLA) | elu (elu + 1)
     gla_chunk: int = 64           # chunk length of the chunked parallel form
+    gla_output_gate: str = "swish"  # swish (o * silu(x W_r), the paper's) | none (no r projection)
+    gla_norm: str = "rms"         # rms (per-head RMSNorm on o, the paper's) | none
 
     def __post_init__(self):
         self.validate()
@@ -80,6 +85,10 @@ class GPTConfig:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         if self.gelu_approximate not in ("none", "tanh"):
             raise ValueError(f"unknown gelu_approximate={self.gelu_approximate!r}; choose none or tanh")
+        if self.mlp_hidden < 0:
+            raise ValueError(f"mlp_hidden={self.mlp_hidden} must be >= 0 (0 = 4 * n_embd)")
+        if self.attn_output_gate not in ("none", "sigmoid"):
+            raise ValueError(f"unknown attn_output_gate={self.attn_output_gate!r}; choose none or sigmoid")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
         for key, owner in EXCLUSIVE_KEYS.items():  # another variant's shape keys would be silently ignored
@@ -104,8 +113,9 @@ class GPTConfig:
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        hidden = config.mlp_hidden or 4 * config.n_embd
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.gelu_approximate = config.gelu_approximate
 

@@ -150,6 +150,7 @@ def build_model(tc, gptconf, dist, checkpoint, ptdtype):
     else:  # the same conversion load_settings checked, now with the weights
         raw = from_pretrained(tc.init_from, **{k: getattr(gptconf, k) for k in OVERRIDABLE}).to(dist.device)
     raw.n_params = raw.num_params()  # before sharding: counts whole tensors
+    raw.train_flops_per_token = raw.flops_per_token()  # likewise (6N + attention, at block_size)
     if dist.strategy == "fsdp":
         shard_model(raw, ptdtype)
     device_type = dist.device.split(":")[0]
@@ -323,13 +324,16 @@ class Trainer:
         """The one record of an evaluation: the console line, a log.jsonl line and a wandb row
         are this dict, and summary.json keeps the last one as "last_eval"."""
         return {"iter": self.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-                "tokens_per_sec": self.tokens_per_sec(), "elapsed_s": self.elapsed()}
+                "tokens_per_sec": self.tokens_per_sec(), "elapsed_s": self.elapsed(),
+                "flops": self.raw.train_flops_per_token * self.train_tokens}
 
     def summary(self, finished, stopped=None):
         return {"attention": self.gptconf.attention, "pos_encoding": self.gptconf.pos_encoding,
                 "n_kv_head": self.gptconf.n_kv_head, "params": self.raw.n_params,
                 "best_val_loss": self.best_val_loss, "final_val_loss": self.last_val, "iters": self.iter_num,
                 "max_iters": self.tc.max_iters, "tokens_per_sec": self.tokens_per_sec(), "tokens": self.train_tokens,
+                "flops_per_token": self.raw.train_flops_per_token, "learning_rate": self.tc.learning_rate,
+                "train_flops": self.raw.train_flops_per_token * self.train_tokens,
                 "train_time_s": self.train_time, "peak_mem_bytes": peak_memory_bytes(self.device_type),
                 "kv_cache_bytes_per_token": self.kv_bytes, "cache_state_bytes": self.raw.cache_state_elems() * 4,
                 "wall_s": self.elapsed(), "device": self.dist.device, "dtype": self.tc.dtype,

@@ -32,7 +32,7 @@ VARIANTS = {
 
 # Keys one variant alone reads that change its shapes: GPTConfig.validate refuses them, set away
 # from their defaults, under any other attention (they would be silently ignored there).
-EXCLUSIVE_KEYS = {"qk_nope_head_dim": "mla", "v_head_dim": "mla"}
+EXCLUSIVE_KEYS = {"qk_nope_head_dim": "mla", "v_head_dim": "mla", "gla_output_gate": "gla", "gla_norm": "gla"}
 
 
 def variant_class(name: str):

@@ -114,6 +114,11 @@ class Attention(nn.Module):
         position, dropout and impl settings. Variants call it where c_proj belongs among their
         layers: weights are initialised in registration order, so the place fixes the draw."""
         self.c_proj = nn.Linear(self.n_head * self.head_dim, config.n_embd, bias=config.bias)
+        # attn_output_gate=sigmoid: one gate per output element, from the layer input (registered after
+        # c_proj, so without it the initial weights are drawn exactly as before the key existed)
+        self.gate_proj = None
+        if config.attn_output_gate == "sigmoid":
+            self.gate_proj = nn.Linear(config.n_embd, self.n_head * self.head_dim, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
         self.pos_encoding, self.rope_base = config.pos_encoding, config.rope_base
@@ -134,10 +139,16 @@ class Attention(nn.Module):
     def attn_dropout(self) -> float:
         return self.dropout if self.training else 0.0
 
-    def output(self, y):
-        """y (B, H, T, D) -> (B, T, C) through c_proj."""
+    def output(self, y, x):
+        """y (B, H, T, D) -> (B, T, C) through c_proj; x (B, T, C), the layer input, feeds the gate.
+
+            attn_output_gate=sigmoid:  y_h <- y_h * sigmoid(x W_g)_h   (Qiu et al. 2025, their G1)
+        """
         B, H, T, D = y.shape
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, H * D)))
+        y = y.transpose(1, 2)                                          # (B, T, H, D)
+        if self.gate_proj is not None:
+            y = y * torch.sigmoid(self.gate_proj(x)).view(B, T, H, D)
+        return self.resid_dropout(self.c_proj(y.reshape(B, T, H * D)))
 
 
 class QKVAttention(Attention):

@@ -169,7 +169,7 @@ class BlockSparseAttention(QKVAttention):
             y = self.attend_sparse(q, k, v, dropout_p=dropout_p)
         else:                 # new tokens against a cache: the token mask over cached keys
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="sdpa")
-        return self.output(y)
+        return self.output(y, x)
 
     def kernel_cases(self) -> dict:
         """The flash kernel's tiles are the layout's blocks."""

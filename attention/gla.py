@@ -12,11 +12,11 @@ linear attention (g = 0: nothing is forgotten, o = Q (K^T V) masked causally).
 
 The layer (flash-linear-attention's GatedLinearAttention, without its expansion factors):
 
-    x --c_attn--> [ q: H*D | k: Hkv*D | v: Hkv*D | r: H*D ]      (r: the output gate)
+    x --c_attn--> [ q: H*D | k: Hkv*D | v: Hkv*D | r: H*D ]      (r: the output gate; none: no r)
     x --gk_proj (C->16->Hkv*D)--> logsigmoid / 16 = g             (gla_gate=data only)
     q, k <- phi(q), phi(k) (identity or elu+1), then RoPE (if pos_encoding=rope)
     o = GLA(q, k, v, g)           (B, H, T, D); query head h reads KV head h // (H/Hkv)
-    y = c_proj( RMSNorm_per_head(o) * silu(r) )
+    y = c_proj( RMSNorm_per_head(o) * silu(r) )   gla_norm=none drops the norm, gla_output_gate=none the gate
 
 The math lives beside its Triton kernel (flash-linear-attention's layout: layers wire, ops
 compute); this layer only wires it. attention/dispatch.py decides what runs for the full
@@ -47,13 +47,16 @@ GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/
 class GatedLinearAttention(Attention):
     FEATURE_MAPS = ("identity", "elu")
     GATES = ("data", "none")
+    OUTPUT_GATES = ("swish", "none")
+    NORMS = ("rms", "none")
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
         self.head_dim = D = config.n_embd // config.n_head
         H, Hkv = self.n_head, self.n_kv_head
-        self.c_attn = nn.Linear(config.n_embd, (2 * H + 2 * Hkv) * D, bias=config.bias)
+        self.gated = config.gla_output_gate == "swish"
+        self.c_attn = nn.Linear(config.n_embd, ((2 if self.gated else 1) * H + 2 * Hkv) * D, bias=config.bias)
         # Low-rank decay projection; its second bias sets each channel's base decay rate
         # (the paper and flash-linear-attention keep it whatever config.bias says).
         self.gk_proj = None
@@ -62,7 +65,7 @@ class GatedLinearAttention(Attention):
                                          nn.Linear(GATE_LOW_RANK, Hkv * D, bias=True))
         # Linear attention's output has no softmax bounding its scale; the per-head
         # RMSNorm (weights shared by the heads, as in flash-linear-attention) restores it.
-        self.o_norm = nn.RMSNorm(D, eps=1e-5)
+        self.o_norm = nn.RMSNorm(D, eps=1e-5) if config.gla_norm == "rms" else nn.Identity()
         self.setup_output_and_positions(config)
         self.feature_map, self.chunk = config.gla_feature_map, config.gla_chunk
 
@@ -78,13 +81,19 @@ class GatedLinearAttention(Attention):
         if config.gla_feature_map not in cls.FEATURE_MAPS:
             raise ValueError(f"unknown gla_feature_map={config.gla_feature_map!r}; "
                              f"choose one of {', '.join(cls.FEATURE_MAPS)}")
+        if config.gla_output_gate not in cls.OUTPUT_GATES:
+            raise ValueError(f"unknown gla_output_gate={config.gla_output_gate!r}; choose swish or none")
+        if config.gla_norm not in cls.NORMS:
+            raise ValueError(f"unknown gla_norm={config.gla_norm!r}; choose rms or none")
+        if config.attn_output_gate != "none":
+            raise ValueError("attn_output_gate is for softmax attention; GLA has its own: gla_output_gate=swish|none")
         if config.gla_chunk < 1:
             raise ValueError(f"gla_chunk={config.gla_chunk} must be at least 1 (64 is the default)")
 
     def forward(self, x, pos, cache=None):
         B, T, _ = x.shape
         H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v, r = self.c_attn(x).split([H * D, Hkv * D, Hkv * D, H * D], dim=-1)
+        q, k, v, *r = self.c_attn(x).split([H * D, Hkv * D, Hkv * D] + [H * D] * self.gated, dim=-1)
         q = q.view(B, T, H, D).transpose(1, 2)                        # (B, H, T, D)
         k = k.view(B, T, Hkv, D).transpose(1, 2)                      # (B, Hkv, T, D)
         v = v.view(B, T, Hkv, D).transpose(1, 2)
@@ -104,7 +113,9 @@ class GatedLinearAttention(Attention):
         if cache is not None:
             cache.update(state, T)
         o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
-        y = (o * F.silu(r.view(B, T, H, D))).reshape(B, T, H * D)
+        if self.gated:
+            o = o * F.silu(r[0].view(B, T, H, D))
+        y = o.reshape(B, T, H * D)
         return self.resid_dropout(self.c_proj(y))
 
     def kernel_cases(self) -> dict:

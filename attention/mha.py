@@ -32,4 +32,4 @@ class MultiHeadAttention(QKVAttention):
             k, v, k_pos = cache.update(k, v)
         y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, dropout_p=self.attn_dropout,
                    impl=self.impl(x.device))
-        return self.output(y)
+        return self.output(y, x)

@@ -161,7 +161,7 @@ class MultiHeadLatentAttention(Attention):
             y = self._absorbed(q_nope, q_rope, c_kv, k_rope, pos, cache)
         else:
             y = self._expanded(q_nope, q_rope, c_kv, k_rope, pos, cache)
-        return self.output(y)
+        return self.output(y, x)
 
     def _expanded(self, q_nope, q_rope, c_kv, k_rope, pos, cache):
         """Per-head keys and values (training, and decoding with a KVCache). Returns (B,H,T,d_v)."""

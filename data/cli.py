@@ -37,11 +37,27 @@ def add_output_args(ap, out_dir):
                     help="token id width; auto = uint16 when the vocabulary fits")
     ap.add_argument("--num_proc", type=int, default=default_num_proc(),
                     help="tokenizing processes (default %(default)s)")
+    ap.add_argument("--test_fraction", type=float, default=0.0,
+                    help="also hold out this fraction as test.bin, after val (default 0: no test split)")
 
 
 def check_num_proc(num_proc):
     if num_proc < 1:
         raise InputError(f"--num_proc={num_proc} must be at least 1")
+
+
+def check_fractions(val_fraction, test_fraction):
+    """val and test together take less than the whole text; test may be 0 (no test split)."""
+    if not 0 <= test_fraction < 1:
+        raise InputError(f"--test_fraction={test_fraction} must be in [0, 1) (e.g. 0.05; 0 = no test split)")
+    if val_fraction is not None and not val_fraction + test_fraction < 1:
+        raise InputError(f"--val_fraction={val_fraction} + --test_fraction={test_fraction} leave no training "
+                         "text; lower them")
+
+
+def test_share(val_fraction, test_fraction):
+    """The share of the held-out tokens (drawn at val_fraction + test_fraction) that becomes test.bin."""
+    return test_fraction / (val_fraction + test_fraction) if test_fraction else 0.0
 
 
 def progress(total, unit, desc):

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from .cli import Parser, add_output_args, check_num_proc, positive_int, progress
+from .cli import Parser, add_output_args, check_fractions, check_num_proc, positive_int, progress, test_share
 from .errors import InputError, SourceError, fail
 from .hf_source import TEXT_FIELD_HINT, hf_tasks, looks_local, open_source
 from .tokenizers import Workers, choose_dtype, load_encoding, tiktoken_name
@@ -20,8 +20,8 @@ from .writer import Output, check_out_dir
 
 CHECKPOINT_SECONDS = 30.0  # how often a long run records where it is (for resuming)
 # The options that decide the output: a saved state from a run with other values is not resumed.
-SIGNATURE_KEYS = ("input", "dataset", "name", "split", "val_split", "val_fraction", "seed", "text_field",
-                  "revision", "max_tokens")
+SIGNATURE_KEYS = ("input", "dataset", "name", "split", "val_split", "val_fraction", "test_fraction", "seed",
+                  "text_field", "revision", "max_tokens")
 
 
 def _parser(description, dataset, out_dir, name, split, val_split, val_fraction, text_field, tokenizer, max_tokens):
@@ -53,6 +53,7 @@ def _check_args(args, local):
         raise InputError(f"--input {args.input} does not exist; pass {TEXT_FIELD_HINT}")
     if args.val_split is None and not 0 < args.val_fraction < 1:
         raise InputError(f"--val_fraction={args.val_fraction} must be between 0 and 1 (e.g. 0.0005)")
+    check_fractions(None if args.val_split else args.val_fraction, args.test_fraction)
     if not local and looks_local(args.dataset):
         raise InputError(f"--dataset {args.dataset} does not exist; pass an existing path or a hub dataset name")
     check_num_proc(args.num_proc)
@@ -113,7 +114,9 @@ class _Run:
             if st["ds_state"] is not None:
                 ds.load_state_dict(st["ds_state"])
             done = args.max_tokens and st["source_tokens"] >= args.max_tokens
-            tasks = hf_tasks(ds, args.text_field, st["docs"], route, self.rng, args.val_fraction, self.local)
+            # test documents are drawn with val's (at val + test) and split off its tail at the end
+            tasks = hf_tasks(ds, args.text_field, st["docs"], route, self.rng, args.val_fraction + args.test_fraction,
+                             self.local)
             for task, (flat, lengths) in ([] if done else workers.map(tasks)):
                 if self._write(si, task, flat, lengths, bar):
                     break
@@ -162,11 +165,14 @@ class _Run:
             print(f"--val_fraction={args.val_fraction} drew no document from {self.st['train_docs']:,}; "
                   f"the last document is the validation split", file=sys.stderr)
             out.move_tail_to_val(self.st["last_train_len"])
+        # with --val_split the test split is that split's tail (test_fraction of it)
+        share = args.test_fraction if args.val_split else test_share(args.val_fraction, args.test_fraction)
         out.commit({"vocab_size": enc.n_vocab, "dtype": dtype, "tokenizer": f"tiktoken:{enc_name}",
                     "eot_token": enc.eot_token, "train_tokens": out.tokens["train"], "val_tokens": out.tokens["val"],
                     "source": args.input or args.dataset, "name": args.name, "split": args.split,
                     "val_split": args.val_split, "val_fraction": None if args.val_split else args.val_fraction,
-                    "seed": args.seed, "text_field": args.text_field, "max_tokens": args.max_tokens})
+                    "seed": args.seed, "text_field": args.text_field, "max_tokens": args.max_tokens,
+                    **({"test_fraction": args.test_fraction} if args.test_fraction else {})}, share)
 
     def stop(self, e):
         """Ctrl-C (exit 130) or a source broken midway (exit 1): keep what a rerun resumes from, and say so."""

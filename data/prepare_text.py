@@ -8,7 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .cli import Parser, add_output_args, check_num_proc, progress
+from .cli import Parser, add_output_args, check_fractions, check_num_proc, progress, test_share
 from .errors import InputError, fail
 from .text_source import download, list_text_files, scan_text_files, text_pieces
 from .tokenizers import Workers, choose_dtype, load_encoding, tiktoken_name
@@ -47,6 +47,7 @@ def _check_args(args, url):
         raise InputError("no input; pass text files or folders with --input PATH [PATH ...]")
     if not 0 < args.val_fraction < 1:
         raise InputError(f"--val_fraction={args.val_fraction} must be between 0 and 1 (e.g. 0.1)")
+    check_fractions(args.val_fraction, args.test_fraction)
     check_num_proc(args.num_proc)
     enc_name = tiktoken_name(args.tokenizer)
     return enc_name, (list_text_files(args.input) if args.input else None)
@@ -70,7 +71,8 @@ def _tokenize(args, files, vocab, out):
     """Tokenize every file into out and commit it; returns meta.json's content."""
     total = vocab.total_chars
     # The split point in characters; text_pieces moves it to the nearest place that changes no token.
-    split_at = min(total - 1, max(1, round(total * (1 - args.val_fraction))))
+    held_out = args.val_fraction + args.test_fraction   # val, then test, at the end of the text
+    split_at = min(total - 1, max(1, round(total * (1 - held_out))))
     add_eot = vocab.spec[0] == "tiktoken"
     workers = None
     bar = progress(total, "char", "tokenizing")
@@ -88,8 +90,9 @@ def _tokenize(args, files, vocab, out):
         bar.close()
         meta = {"vocab_size": vocab.size, "dtype": vocab.dtype, **vocab.meta,
                 "train_tokens": out.tokens["train"], "val_tokens": out.tokens["val"], "documents": len(files),
-                "source": args.input or [args.url], "val_fraction": args.val_fraction}
-        out.commit(meta)
+                "source": args.input or [args.url], "val_fraction": args.val_fraction,
+                **({"test_fraction": args.test_fraction} if args.test_fraction else {})}
+        meta = out.commit(meta, test_share(args.val_fraction, args.test_fraction))
     except KeyboardInterrupt:  # local text is quick to redo: nothing half-written stays
         bar.close()
         out.discard()
@@ -125,5 +128,5 @@ def main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1,
     out = Output(args.out_dir, vocab.dtype, created_dir=created)
     meta = _tokenize(args, files, vocab, out)
     print(f"{vocab.total_chars:,} characters in {len(files)} file(s), {meta['tokenizer']} vocabulary of "
-          f"{vocab.size}: {out.tokens['train']:,} train / {out.tokens['val']:,} val tokens ({vocab.dtype}) "
+          f"{vocab.size}: {' / '.join(f'{n:,} {split}' for split, n in out.tokens.items())} tokens ({vocab.dtype}) "
           f"-> {args.out_dir}")

@@ -97,24 +97,48 @@ class Output:
             f.close()
         self.files = {}
 
-    def commit(self, meta):
-        """Rename the temporary files into place. The old meta.json goes first and the new one comes
-        last, so a crash in between leaves no meta.json (train.py refuses) rather than a mismatch."""
+    def split_off_test(self, share):
+        """Move the last `share` of the val tokens into test.tmp.bin (the held-out split that a study
+        reports on, never used to select); returns how many. A token-stream cut: with documents,
+        the one at the boundary is split between val and test."""
+        n = round(self.tokens["val"] * share)
+        f = self.files["val"]
+        f.flush()
+        keep = self.tokens["val"] - n
+        tail = np.fromfile(self.tmp["val"], dtype=self.dtype, offset=keep * self.dtype.itemsize)
+        f.truncate(keep * self.dtype.itemsize)
+        self.tokens["val"] = keep
+        self.tmp["test"] = os.path.join(self.out_dir, "test.tmp.bin")
+        tail.tofile(self.tmp["test"])
+        self.tokens["test"] = n
+        return n
+
+    def commit(self, meta, test_share=0.0):
+        """Rename the temporary files into place (with test_share > 0 the val tail becomes test.bin,
+        else an older test.bin goes, as it belongs to other files). The old meta.json goes first and
+        the new one comes last, so a crash in between leaves no meta.json (train.py refuses) rather
+        than a mismatch."""
+        if test_share > 0:
+            meta = {**meta, "test_tokens": self.split_off_test(test_share)}
+            meta["val_tokens"] = self.tokens["val"]
         self.sync()
         self.close()
         meta_path = os.path.join(self.out_dir, "meta.json")
         if os.path.exists(meta_path):
             os.remove(meta_path)
-        for s in self.SPLITS:
+        for s in self.tmp:
             os.replace(self.tmp[s], os.path.join(self.out_dir, f"{s}.bin"))
+        if "test" not in self.tmp and os.path.exists(os.path.join(self.out_dir, "test.bin")):
+            os.remove(os.path.join(self.out_dir, "test.bin"))
         write_json_atomic(meta_path, meta)
         if os.path.exists(self.state_path):
             os.remove(self.state_path)
+        return meta
 
     def discard(self):
         """Remove every temporary file (and out_dir itself if this run created it and it is empty)."""
         self.close()
-        for path in (*self.tmp.values(), self.state_path):
+        for path in (*self.tmp.values(), os.path.join(self.out_dir, "test.tmp.bin"), self.state_path):
             if os.path.exists(path):
                 os.remove(path)
         if self.created_dir:

@@ -30,7 +30,8 @@ def train_args(data_root, out_dir, *extra):
 def reference_qkv_attention(attn, x, pos_encoding, mask=None, probs_out=None):
     """Independent causal attention for the c_attn/c_proj layers (MHA family, BigBird): a
     loop over heads with per-head weights, explicit scores, RoPE by 2x2 rotations of the
-    pairs (x[2i], x[2i+1]), ALiBi slopes of 4 heads spelled out, GQA by head groups.
+    pairs (x[2i], x[2i+1]), ALiBi slopes of 4 heads spelled out, GQA by head groups, the
+    sigmoid output gate (bias-free) when the layer has one.
     mask: optional bool (T, T) of allowed pairs (default: causal); probs_out: a list that
     receives each head's probabilities (B, T, T)."""
     B, T, C = x.shape
@@ -60,7 +61,10 @@ def reference_qkv_attention(attn, x, pos_encoding, mask=None, probs_out=None):
         if probs_out is not None:
             probs_out.append(probs)
         outs.append(probs @ v)
-    return torch.cat(outs, dim=-1) @ attn.c_proj.weight.T
+    y = torch.cat(outs, dim=-1)
+    if getattr(attn, "gate_proj", None) is not None:  # attn_output_gate=sigmoid: Qiu et al.'s G1 gate
+        y = y * torch.sigmoid(x @ attn.gate_proj.weight.T)
+    return y @ attn.c_proj.weight.T
 
 
 def assert_sampling_same_with_and_without_cache(out_dir, capsys, max_new_tokens=26):

@@ -50,6 +50,21 @@ def test_cached_decoding_equals_full_forward(attention, pos_encoding):
     assert all(c.pos == 30 for c in caches)
 
 
+GATED_CASES = [(a, p) for a, p in CASES if a != "gla"]  # gla has its own gate (gla_output_gate)
+
+
+@pytest.mark.parametrize("attention,pos_encoding", GATED_CASES)
+def test_cached_decoding_with_the_output_gate_equals_full_forward(attention, pos_encoding):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**tiny_model_kwargs(attention=attention, pos_encoding=pos_encoding,
+                                              attn_output_gate="sigmoid", **VARIANT_KWARGS[attention]))).eval()
+    idx = torch.randint(0, 65, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full, _ = model(idx)
+        stepped, _ = decode_in_chunks(model, idx)
+    assert (full - stepped).abs().max().item() <= 1e-4
+
+
 @pytest.mark.parametrize("attention", VARIANT_KWARGS)
 def test_measured_cache_growth_equals_formula(attention):
     model = make_model(attention, "rope")

@@ -1,16 +1,25 @@
-"""Compare runs: one row per config (its seeds grouped, mean ± std) and validation-loss curves.
+"""Compare runs: one row per config (its seeds grouped, mean ± std), paired differences against the
+first config, and validation-loss curves.
 
     python -m tools.compare out-mha out-gqa out-mla --out report
     python -m tools.compare sweeps/cpu/*-s* --out sweeps/cpu        # what sweep.py writes
 
 Runs of one config are the run folders whose names differ only in a -s<seed> suffix
 (mha-s1, mha-s2, ...); a folder without the suffix is a group of one. Reads each
-RUN_DIR/summary.json and log.jsonl; writes OUT/report.md (per config: n, mean ± sample std
-of best and final val loss, throughput, memory, cache, and the difference to the first
-config marked where it exceeds the seed noise) and OUT/report.png (mean val loss with a
-band of ± one std over seeds, against iterations and against wall time).
+RUN_DIR/summary.json, log.jsonl and, when sweep.py wrote it, test_eval.json (the test loss of
+its best.pt). Writes OUT/report.md:
+  - per config: n, mean ± sample std of best and final val loss and of test loss, throughput,
+    memory, cache, training FLOPs;
+  - per config against the first: the paired difference over shared seeds (--metric: the test
+    loss when every run has one, else the best val loss), its 95% t interval, Holm-corrected
+    p, the equivalence test against --margin and a verdict (tools/stats.py);
+  - the budget and learning-rate choices of sweep.py's plan.json (--plan), and the loss at
+    equal training FLOPs read from the curves;
+and OUT/report.png (mean val loss with a band of ± one std over seeds, against iterations, wall
+time and training FLOPs).
 """
 import argparse
+import json
 import math
 import os
 import re
@@ -18,14 +27,36 @@ import statistics
 import sys
 
 from configurator import fail
+from tools import stats
 from trainer.rundir import RunError, load_run
 
-SEED_SUFFIX = re.compile(r"-s\d+$")
-NOISE_FACTOR = 2.0  # a difference counts when |diff| > NOISE_FACTOR x the pooled std of the two configs
+SEED_SUFFIX = re.compile(r"-s(\d+)$")
+METRICS = {"test": "test_loss", "best_val": "best_val_loss", "final_val": "final_val_loss"}
 
 
 def config_name(run_name):
     return SEED_SUFFIX.sub("", run_name)
+
+
+def load(run_dir):
+    """(name, summary, log) with summary["test_loss"] from test_eval.json when sweep.py wrote one."""
+    name, summary, log = load_run(run_dir)
+    path = os.path.join(run_dir, "test_eval.json")
+    if os.path.isfile(path):
+        try:
+            with open(path) as f:
+                rows = [r for r in json.load(f) if r.get("test_loss") is not None]
+        except (OSError, ValueError, AttributeError) as e:
+            raise RunError(f"{path} is not eval.py's JSON ({e}); delete it and re-run the sweep") from None
+        summary = {**summary, "test_loss": rows[0]["test_loss"] if rows else None}
+    return name, summary, log
+
+
+def run_seed(name, summary):
+    seed = summary.get("seed")
+    if seed is None and SEED_SUFFIX.search(name):
+        seed = int(SEED_SUFFIX.search(name).group(1))
+    return seed
 
 
 def group_runs(runs):
@@ -44,32 +75,16 @@ def mean_std(values):
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
 
 
-def pooled_std(a, b):
-    """Pooled sample std of two groups given as (mean, std, n); None if either has one value."""
-    (_, sa, na), (_, sb, nb) = a, b
-    if sa is None or sb is None:
-        return None
-    return math.sqrt(((na - 1) * sa ** 2 + (nb - 1) * sb ** 2) / (na + nb - 2))
-
-
 def group_stats(runs):
     """The numbers of one config's row."""
     s0 = runs[0][1]
     summaries = [s for _, s, _ in runs]
     col = {key: mean_std([s.get(key) for s in summaries])
-           for key in ("best_val_loss", "final_val_loss", "tokens_per_sec", "peak_mem_bytes", "wall_s", "iters")}
+           for key in ("best_val_loss", "final_val_loss", "test_loss", "tokens_per_sec", "peak_mem_bytes",
+                       "wall_s", "iters", "train_flops")}
     return {"n": len(runs), "attention": s0.get("attention"), "pos_encoding": s0.get("pos_encoding"),
             "params": s0.get("params"), "kv_cache_bytes_per_token": s0.get("kv_cache_bytes_per_token"),
             "cache_state_bytes": s0.get("cache_state_bytes"), **col}
-
-
-def noise_mark(stats, ref):
-    """(diff of mean best val loss to ref, pooled std, exceeds-noise flag or None if unknown)."""
-    a, b = stats["best_val_loss"], ref["best_val_loss"]
-    if a[0] is None or b[0] is None:
-        return None, None, None
-    diff, pooled = a[0] - b[0], pooled_std(a, b)
-    return diff, pooled, (None if pooled is None else abs(diff) > NOISE_FACTOR * pooled)
 
 
 def fmt(value, spec):
@@ -84,44 +99,128 @@ def fmt_ms(stat, spec, scale=1.0):
 
 
 def table_row(name, st, ref_name, ref):
-    diff, _pooled, exceeds = noise_mark(st, ref)
-    if name == ref_name:
-        delta = "(reference)"
-    elif diff is None:
-        delta = "-"
-    else:
-        mark = {True: " *", False: "", None: " (n/a: <2 seeds)"}[exceeds]
-        delta = f"{diff:+.4f}{mark}"
-    state = st["cache_state_bytes"]
+    a, b = st["best_val_loss"][0], ref["best_val_loss"][0]
+    delta = "(reference)" if name == ref_name else ("-" if a is None or b is None else f"{a - b:+.4f}")
     params = fmt(st['params'] and st['params'] / 1e6, '.2f')
+    flops = fmt(st["train_flops"][0] and st["train_flops"][0] / 1e12, ".2f")
     return (f"| {name} | {st['n']} | {st['attention']} | {st['pos_encoding']} | {params}M | "
-            f"{fmt_ms(st['best_val_loss'], '.4f')} | {fmt_ms(st['final_val_loss'], '.4f')} | {delta} | "
+            f"{fmt_ms(st['best_val_loss'], '.4f')} | {fmt_ms(st['final_val_loss'], '.4f')} | "
+            f"{fmt_ms(st['test_loss'], '.4f')} | {delta} | "
             f"{fmt_ms(st['tokens_per_sec'], ',.0f')} | {fmt_ms(st['peak_mem_bytes'], ',.0f', 2 ** 20)} | "
-            f"{fmt(st['kv_cache_bytes_per_token'], ',.0f')} | {fmt(state, ',.0f')} | {fmt(st['iters'][0], '.0f')} | "
-            f"{fmt(st['wall_s'][0], ',.0f')} |")
+            f"{fmt(st['kv_cache_bytes_per_token'], ',.0f')} | {fmt(st['cache_state_bytes'], ',.0f')} | "
+            f"{fmt(st['iters'][0], '.0f')} | {flops} | {fmt(st['wall_s'][0], ',.0f')} |")
 
 
-def report_markdown(groups):
+def choose_metric(groups, metric):
+    """The summary key the paired statistics use: --metric, or auto (test when every run has it)."""
+    if metric != "auto":
+        return METRICS[metric]
+    every = all(s.get("test_loss") is not None for runs in groups.values() for _, s, _ in runs)
+    return "test_loss" if every else "best_val_loss"
+
+
+def paired_rows(groups, key, margin):
+    """{config: paired statistics against the reference (stats.paired + verdicts), or None}."""
+    ref_name = next(iter(groups))
+    by_seed = {name: {run_seed(n, s): s.get(key) for n, s, _ in runs} for name, runs in groups.items()}
+    ref = by_seed[ref_name]
+    names = [n for n in groups if n != ref_name]
+    rows = []
+    for name in names:
+        seeds = [sd for sd, v in by_seed[name].items() if sd is not None and v is not None and ref.get(sd) is not None]
+        rows.append(stats.paired([by_seed[name][sd] - ref[sd] for sd in sorted(seeds)], margin))
+    return dict(zip(names, stats.verdicts(rows, margin)))
+
+
+def paired_markdown(groups, key, margin):
+    ref_name = next(iter(groups))
+    rows = paired_rows(groups, key, margin)
+    lines = [f"Paired differences against {ref_name} ({key}; per seed, config minus {ref_name}):", "",
+             "| config | pairs | mean Δ | 95% CI | p (Holm) | equivalence p (Holm, ±margin) | verdict "
+             "| seeds to resolve |", "|" + "---|" * 8]
+    for name, r in rows.items():
+        if r is None:
+            lines.append(f"| {name} | <2 | - | - | - | - | undetermined (fewer than 2 shared seeds) | - |")
+            continue
+        need = "-" if r["verdict"] != "undetermined" else (f"{r['seeds_needed']}" if r["seeds_needed"]
+                                                           else f"> {stats.MAX_SEEDS}")
+        lines.append(f"| {name} | {r['n']} | {r['mean']:+.4f} | [{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}] | "
+                     f"{r['p_holm']:.3g} | {r['p_equiv_holm']:.3g} | {r['verdict']} | {need} |")
+    lines += ["", (f"Two-sided paired t-test and two one-sided tests (margin ±{margin:g} nats), each Holm-corrected "
+                   f"over the {len(rows)} comparisons at alpha {stats.ALPHA:g}; 'seeds to resolve': the fewest "
+                   f"seeds that would show a difference or the equivalence at {stats.POWER:.0%} power if the "
+                   "observed mean and sd held (before the Holm correction).")]
+    return lines
+def report_markdown(groups, metric="auto", margin=0.01, plan=None):
     """The report.md text for {config: runs}; the first config is the reference for differences."""
-    stats = {name: group_stats(runs) for name, runs in groups.items()}
-    ref_name = next(iter(stats))
+    table = {name: group_stats(runs) for name, runs in groups.items()}
+    ref_name = next(iter(table))
     lines = [("| config | n | attention | pos | params | best val (mean ± std) | final val (mean ± std) "
-             f"| Δ best vs {ref_name} | tokens/s | peak mem (MB) | KV cache B/token | constant state B "
-             "| iters | wall (s, mean) |"), "|" + "---|" * 14]
-    lines += [table_row(name, st, ref_name, stats[ref_name]) for name, st in stats.items()]
-    lines += ["", (f"n runs per config (seeds); mean ± sample std (n-1), '-' where n = 1. Δ is the difference of "
-              f"mean best val loss to {ref_name}; * marks |Δ| > {NOISE_FACTOR:g} x the pooled std of the two "
-              "configs (sqrt(((n1-1)s1² + (n2-1)s2²) / (n1+n2-2))), i.e. beyond the seed noise; no mark: within "
-              "it. KV cache grows per token (all layers); constant state is the decoding state that does not "
-              "grow with length (GLA's recurrent state, fp32).")]
-    return "\n".join(lines) + "\n"
+             f"| test (mean ± std) | Δ best vs {ref_name} | tokens/s | peak mem (MB) | KV cache B/token "
+             "| constant state B | iters | train TFLOPs | wall (s, mean) |"),
+             "|" + "---|" * 16]
+    lines += [table_row(name, st, ref_name, table[ref_name]) for name, st in table.items()]
+    lines += ["", (f"n runs per config (seeds); mean ± sample std (n-1), '-' where n = 1. Δ is the unpaired "
+              f"difference of mean best val loss to {ref_name}; the paired statistics below decide. Test: the "
+              "loss of best.pt (selected on val) over every window of the test split. KV cache grows per token "
+              "(all layers); constant state is the decoding state that does not grow with length (GLA's "
+              "recurrent state, fp32). Train TFLOPs: flops_per_token (6N + attention) x tokens trained."), ""]
+    if len(groups) > 1:
+        lines += paired_markdown(groups, choose_metric(groups, metric), margin) + [""]
+    if plan:
+        lines += plan_markdown(plan) + [""]
+    lines += equal_flops_markdown(groups)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def plan_markdown(plan):
+    """sweep.py's plan.json as a table: what was matched and which learning rate was chosen."""
+    inputs = plan.get("inputs", {})
+    match = ", ".join(inputs.get("match") or []) or "nothing (every config as written)"
+    grid = inputs.get("lr_grid")
+    lines = [f"Budget: matched {match} against the first config"
+             + (f"; learning rate tuned per config over {', '.join(f'{g:g}' for g in grid)} (one seed, "
+                f"{inputs.get('lr_fraction'):g} of the budget, best val loss)" if grid else
+                "; one learning rate for all (not tuned)") + ".", "",
+             "| config | params | overrides | FLOPs/token | probe tokens/s | lr grid (best val) | lr |",
+             "|---|---|---|---|---|---|---|"]
+    for name, e in plan.get("configs", {}).items():
+        grid_cells = ", ".join(f"{lr}: {v:.4f}" for lr, v in (e.get("lr_grid") or {}).items()) or "-"
+        lines.append(f"| {name} | {fmt(e.get('params'), ',')} | {' '.join(e.get('overrides', [])) or '-'} | "
+                     f"{fmt(e.get('flops_per_token'), ',.0f')} | {fmt(e.get('probe_tokens_per_sec'), ',.0f')} | "
+                     f"{grid_cells} | {fmt(e.get('learning_rate'), 'g')} |")
+    return lines
+
+
+def interpolate(xs, ys, x):
+    """Linear interpolation of the curve (xs increasing) at x; None outside it."""
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return None
+
+
+def equal_flops_markdown(groups):
+    """Mean val loss of each config read from its curve at training FLOPs every config reached."""
+    curves = {name: mean_curve(runs, "flops") for name, runs in groups.items()}
+    if not all(xs for xs, _, _ in curves.values()):
+        return []
+    reach = min(xs[-1] for xs, _, _ in curves.values())
+    points = [reach * f for f in (0.25, 0.5, 1.0)]
+    lines = ["Mean val loss at equal training FLOPs (read from the curves, linear between evaluations):", "",
+             "| config | " + " | ".join(f"{p:.3g} FLOPs" for p in points) + " |",
+             "|---|" + "---|" * len(points)]
+    for name, (xs, means, _) in curves.items():
+        lines.append(f"| {name} | " + " | ".join(fmt(interpolate(xs, means, p), ".4f") for p in points) + " |")
+    return lines
 
 
 def mean_curve(runs, x_key):
     """(x, mean val loss, std) over the evaluations every run of the group has (by index);
-    x is the mean of the runs' x at that index (iterations agree; wall times differ)."""
+    x is the mean of the runs' x at that index (iterations agree; wall times differ). Empty
+    when a run's log lacks x_key (logs written before the key existed)."""
     logs = [log for _, _, log in runs if log]
-    if not logs:
+    if not logs or any(x_key not in r for log in logs for r in log):
         return [], [], []
     n = min(len(log) for log in logs)
     xs, means, stds = [], [], []
@@ -137,12 +236,13 @@ def plot_report(groups, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    panels = (("iter", "iteration"), ("elapsed_s", "wall time (s)"), ("flops", "training FLOPs"))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.5), sharey=True)
     later = []
     for name, runs in groups.items():
         s = runs[0][1]
         label = f"{name} ({s.get('attention')}, {s.get('pos_encoding')}, n={len(runs)})"
-        for ax, x_key in zip(axes, ("iter", "elapsed_s")):
+        for ax, (x_key, _) in zip(axes, panels):
             xs, means, stds = mean_curve(runs, x_key)
             if not xs:
                 continue
@@ -150,36 +250,69 @@ def plot_report(groups, path):
             ax.fill_between(xs, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)],
                             color=line.get_color(), alpha=0.2)
         later += [r["val_loss"] for _, _, log in runs for r in log if r.get("iter", 0) > 0 and r.get("val_loss")]
-    axes[0].set(xlabel="iteration", ylabel="validation loss", title="val loss vs iterations (mean ± std over seeds)")
-    axes[1].set(xlabel="wall time (s)", title="val loss vs wall time")
-    for ax in axes:
+    for ax, (_, xlabel) in zip(axes, panels):
+        ax.set(xlabel=xlabel, title=f"val loss vs {xlabel.split(' (')[0]} (mean ± std over seeds)")
         ax.grid(alpha=0.3)
         if later:  # the loss at iteration 0 (ln vocab) would flatten the curves that matter
             ax.set_ylim(min(later) - 0.05, max(later) + 0.05)
+    axes[0].set_ylabel("validation loss")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def write_report(run_dirs, out_dir):
+def read_plan(path):
+    if path is None:
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise RunError(f"--plan {path} is not readable JSON ({e}); pass sweep.py's OUT/plan.json") from None
+
+
+def write_report(run_dirs, out_dir, metric="auto", margin=0.01, plan_path=None):
     """Load, group and write out_dir/report.md and report.png; returns the markdown. RunError on a bad run."""
-    groups = group_runs([load_run(r) for r in run_dirs])
+    groups = group_runs([load(r) for r in run_dirs])
+    if metric == "test" and any(s.get("test_loss") is None for runs in groups.values() for _, s, _ in runs):
+        raise RunError("--metric=test: some runs have no test_eval.json; run python -m tools.eval RUN --split=test "
+                       "--json RUN/test_eval.json (sweep.py does it when the dataset has test.bin)")
+    text = report_markdown(groups, metric, margin, read_plan(plan_path))
     os.makedirs(out_dir, exist_ok=True)
-    text = report_markdown(groups)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(text)
     plot_report(groups, os.path.join(out_dir, "report.png"))
     return text
 
 
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number > 0 (nats)")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage first)
+        fail(f"{message}; see python -m tools.compare --help")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
     ap.add_argument("--out", default="report", help="folder for report.md and report.png")
+    ap.add_argument("--metric", default="auto", choices=("auto", *METRICS),
+                    help="what the paired statistics compare (auto: test when every run has it, else best_val)")
+    ap.add_argument("--margin", type=positive_float, default=0.01,
+                    help="equivalence margin in nats for the two one-sided tests (default 0.01)")
+    ap.add_argument("--plan", help="sweep.py's OUT/plan.json, to report the matching and the lr choice")
     args = ap.parse_args(argv)
     try:
-        text = write_report(args.runs, args.out)
+        text = write_report(args.runs, args.out, args.metric, args.margin, args.plan)
     except RunError as e:
         fail(str(e))
     except OSError as e:

@@ -2,13 +2,14 @@
 
     python -m tools.eval sweeps/pos/alibi-s1 sweeps/cpu/mha-s1 --lengths=64,128,256,512,1024 --json eval.json
 
-For each run and each length L, the loss over the whole validation split cut into
+For each run and each length L, the loss over the whole validation split (--split=test: the
+held-out test split, from prepare.py --test_fraction) cut into
 non-overlapping windows of L tokens (each token predicts the next; batched, with a progress
 bar). A markdown table (runs x lengths) goes to stdout and the curves (loss against context
 length, log x) to --plot. Lengths a run cannot take (learned positions or BigBird beyond
 block_size) are n/a with the reason; if no requested length is possible for any run, it
 exits 2 with one line. --json writes a list of {"run", "attention", "pos_encoding",
-"block_size", "length", "val_loss"} (val_loss null where n/a).
+"block_size", "length", "val_loss"} (val_loss null where n/a; "test_loss" with --split=test).
 """
 import argparse
 import json
@@ -34,15 +35,18 @@ def parse_lengths(text):
     return lengths
 
 
-def val_tokens(ckpt, run_dir, data_dir=None):
-    """The run's validation split (uint16/uint32 memmap) from its data_dir/dataset and meta.json."""
+def split_tokens(ckpt, run_dir, data_dir=None, split="val"):
+    """The run's val or test split (uint16/uint32 memmap) from its data_dir/dataset and meta.json."""
     cfg = ckpt.get("config") or {}
     dataset = cfg.get("dataset", "shakespeare_char")
     folder = os.path.join(data_dir or cfg.get("data_dir", "data"), dataset)
-    path = os.path.join(folder, "val.bin")
+    path = os.path.join(folder, f"{split}.bin")
+    if split == "test" and os.path.isdir(folder) and not os.path.isfile(path):
+        raise CheckpointError(f"{run_dir}: {dataset} has no test split ({path}); re-run its prepare script with "
+                              "--test_fraction=F (e.g. 0.05)")
     if not os.path.isfile(path):
-        raise CheckpointError(f"{run_dir}: its validation split {path} is not there; prepare {dataset} or pass "
-                              "--data_dir=FOLDER holding <dataset>/val.bin")
+        raise CheckpointError(f"{run_dir}: its {split} split {path} is not there; prepare {dataset} or pass "
+                              f"--data_dir=FOLDER holding <dataset>/{split}.bin")
     dtype = (ckpt.get("meta") or {}).get("dtype", "uint16")
     return np.memmap(path, dtype=np.dtype(dtype), mode="r")
 
@@ -50,7 +54,7 @@ def val_tokens(ckpt, run_dir, data_dir=None):
 def why_not(model, length, n_tokens):
     """None if the model can be evaluated on windows of `length` tokens, else the reason."""
     if length > n_tokens - 1:
-        return f"the validation split has {n_tokens} tokens"
+        return f"the split has {n_tokens} tokens"
     try:
         model.context_window(length)  # the model's own rule: learned positions and BigBird end at block_size
     except ValueError as e:
@@ -82,9 +86,9 @@ def run_labels(run_dirs):
 
 
 def evaluate_run(run_dir, name, lengths, args, device):
-    """JSON rows of one run (val_loss None and a 'why' where the length is not possible)."""
+    """Rows of one run (loss None and a 'why' where the length is not possible)."""
     model, ckpt = load_model(run_checkpoint_path(run_dir, args.ckpt), device)
-    tokens = val_tokens(ckpt, run_dir, args.data_dir)
+    tokens = split_tokens(ckpt, run_dir, args.data_dir, args.split)
     if args.max_tokens:
         tokens = tokens[:args.max_tokens]
     config = model.config
@@ -93,7 +97,7 @@ def evaluate_run(run_dir, name, lengths, args, device):
         reason = why_not(model, length, len(tokens))
         loss = None if reason else window_loss(model, tokens, length, args.batch_size, device, f"{name} L={length}")
         rows.append({"run": name, "attention": config.attention, "pos_encoding": config.pos_encoding,
-                     "block_size": config.block_size, "length": length, "val_loss": loss, "why": reason})
+                     "block_size": config.block_size, "length": length, "loss": loss, "why": reason})
     return rows
 
 
@@ -105,7 +109,7 @@ def markdown_table(rows, lengths):
              "|---|---|---|---|" + "---|" * len(lengths)]
     for run in runs:
         first = by_key[(run, lengths[0])]
-        cells = [f"{by_key[(run, n)]['val_loss']:.4f}" if by_key[(run, n)]["val_loss"] is not None
+        cells = [f"{by_key[(run, n)]['loss']:.4f}" if by_key[(run, n)]["loss"] is not None
                  else f"n/a ({reasons.index(by_key[(run, n)]['why']) + 1})" for n in lengths]
         lines.append(f"| {run} | {first['attention']} | {first['pos_encoding']} | {first['block_size']} | "
                      + " | ".join(cells) + " |")
@@ -113,19 +117,19 @@ def markdown_table(rows, lengths):
     return "\n".join(lines) + "\n"
 
 
-def plot(rows, path):
+def plot(rows, path, split="val"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run in dict.fromkeys(r["run"] for r in rows):
-        pts = [(r["length"], r["val_loss"]) for r in rows if r["run"] == run and r["val_loss"] is not None]
+        pts = [(r["length"], r["loss"]) for r in rows if r["run"] == run and r["loss"] is not None]
         if pts:
             r0 = next(r for r in rows if r["run"] == run)
             ax.plot(*zip(*pts), marker="o", label=f"{run} ({r0['attention']}, {r0['pos_encoding']}, "
                                                   f"trained at {r0['block_size']})")
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="evaluation context length (tokens)", ylabel="validation loss",
+    ax.set(xlabel="evaluation context length (tokens)", ylabel=f"{split} loss",
            title="loss against context length")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -142,8 +146,10 @@ def main(argv=None):
     ap.add_argument("--plot", default="eval.png", help="where the loss-vs-length plot goes")
     ap.add_argument("--batch_size", type=int, default=8, help="windows per forward pass")
     ap.add_argument("--ckpt", default="best", help="best (best.pt when present) or last (ckpt.pt)")
+    ap.add_argument("--split", default="val", choices=("val", "test"),
+                    help="val, or test (the held-out split a study reports on; prepare.py --test_fraction)")
     ap.add_argument("--data_dir", help="folder holding <dataset>/val.bin (default: the run's data_dir)")
-    ap.add_argument("--max_tokens", type=int, help="evaluate only the first N validation tokens")
+    ap.add_argument("--max_tokens", type=int, help="evaluate only the first N tokens of the split")
     ap.add_argument("--device", default="auto")
     args = ap.parse_args(argv)
     try:
@@ -159,16 +165,17 @@ def main(argv=None):
             rows += evaluate_run(run_dir, name, lengths, args, device)
     except CheckpointError as e:
         fail(str(e))
-    if all(r["val_loss"] is None for r in rows):
+    if all(r["loss"] is None for r in rows):
         reasons = "; ".join(dict.fromkeys(f"{r['run']}: {r['why']}" for r in rows))
         fail(f"none of --lengths={','.join(map(str, lengths))} is possible for any run ({reasons}); "
              "pick lengths up to the runs' block_size")
     text = markdown_table(rows, lengths)
     print(text, end="")
-    plot(rows, args.plot)
+    plot(rows, args.plot, args.split)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{k: v for k, v in r.items() if k != "why"} for r in rows], f, indent=2)
+            json.dump([{(f"{args.split}_loss" if k == "loss" else k): v for k, v in r.items() if k != "why"}
+                       for r in rows], f, indent=2)
     print(f"wrote {args.plot}" + (f" and {args.json}" if args.json else ""), file=sys.stderr)
 
 

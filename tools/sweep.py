@@ -1,20 +1,37 @@
 """Seeded sweeps: train every config x seed with the same overrides, then compare them.
 
     python -m tools.sweep config/mha.py config/gqa.py config/mla.py --seeds=1,2,3 --out=sweeps/cpu
-    python -m tools.sweep config/mha.py config/gla.py --seeds=1,2 --out=sweeps/short
-        --max_iters=500 --lr_decay_iters=500
+    python -m tools.sweep config/mha.py config/gla.py --out=sweeps/fair --match=params,flops \
+        --lr_grid=5e-4,1e-3,2e-3,4e-3 --lr_fraction=0.25
 
 Each run is `python train.py CONFIG --seed=S --out_dir=OUT/<config>-s<S> [overrides]` in its own
 process (a crash or a kill of one run stays in it), one after another; its console output
 goes to OUT/<config>-s<S>/train.log. Re-running the same command skips finished runs (a
 summary.json saying finished) and resumes unfinished ones from their ckpt.pt, so a sweep
 survives a kill. One progress line per run: which run, its ETA and the sweep's ETA. With
---wandb_log=True the runs share the wandb group named after OUT. At the end OUT/report.md
-and OUT/report.png group the seeds of each config (compare.py: n, mean ± std).
+--wandb_log=True the runs share the wandb group named after OUT. Seeds default to 1,2,3,4,5.
+
+A fair comparison (the first config is the reference; tools/budget.py does the arithmetic):
+  --match=params      each other config's MLP width (mlp_hidden) solved so that its parameters are
+                      within 1% of the reference's
+  --match=flops       each config's max_iters (and lr_decay_iters) set for the reference's training
+                      FLOPs; --match=time: for its wall time, from a --probe_iters throughput probe
+                      run on this machine (OUT/probe/); params combines with either (params,flops)
+  --lr_grid=a,b,...   each config trained at every rate with the first seed for --lr_fraction of
+                      its budget (OUT/lr/), the rate of the lowest best validation loss chosen,
+                      then the seeds run at it (min_lr keeps its ratio to learning_rate)
+OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused.
+--jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
+throughput probe of --match=time always runs alone.
+When the dataset has a test split (prepare.py --test_fraction), every finished run is
+evaluated on all of it (tools.eval --split=test, the run's best.pt: selected on val) into
+RUN/test_eval.json, and the report's paired statistics use it.
+At the end OUT/report.md and OUT/report.png (compare.py) group the seeds of each config.
 
 Exit status: 0 all runs finished; 1 some run failed (the others still ran; see its
 train.log); 2 bad input (before any training, or a run refused its input).
 """
+import json
 import os
 import signal
 import subprocess
@@ -23,40 +40,77 @@ import time
 
 from configurator import ConfigError, fail
 from model import GPTConfig
-from trainer.rundir import read_log, run_state
-from trainer.settings import MODEL_KEYS, parse_keys
+from tools import budget
+from trainer.rundir import read_log, read_summary, run_state, write_json_atomic
+from trainer.settings import MODEL_KEYS, parse_keys, read_meta
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root, where train.py is
 RESERVED = ("seed", "out_dir", "init_from")  # the sweep sets these per run
+SWEEP_FLAGS = ("seeds", "out", "match", "lr_grid", "lr_fraction", "probe_iters", "jobs")
+DEFAULT_SEEDS = [1, 2, 3, 4, 5]
+PLAN = "plan.json"
 
 
-def parse_args(argv):
-    """(configs, seeds, out, overrides) from argv; ConfigError for anything wrong."""
-    configs, seeds, out, overrides = [], None, None, []
+def parse_numbers(flag, text, kind):
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--{flag}={text}: give {kind.__name__}s separated by commas") from None
+    if not values:
+        raise ConfigError(f"--{flag} is empty; e.g. --{flag}=" + ("1,2,3" if kind is int else "5e-4,1e-3,2e-3"))
+    return values
+
+
+def parse_flags(argv):
+    """(configs, sweep flags as text, train.py overrides) from argv."""
+    configs, flags, overrides = [], {}, []
     for arg in argv:
-        if arg.startswith("--seeds="):
-            try:
-                seeds = [int(s) for s in arg.split("=", 1)[1].split(",") if s.strip()]
-            except ValueError:
-                raise ConfigError(f"{arg}: seeds are integers separated by commas, e.g. --seeds=1,2,3") from None
-        elif arg.startswith("--out="):
-            out = arg.split("=", 1)[1]
+        key, _, value = arg[2:].partition("=")
+        if arg.startswith("--") and key in SWEEP_FLAGS:
+            flags[key] = value
         elif arg.startswith("--"):
-            key = arg[2:].partition("=")[0]
             if key in RESERVED:
                 raise ConfigError(f"{arg}: the sweep sets {key} for each run; use --seeds and --out instead")
             overrides.append(arg)
         else:
             configs.append(arg)
+    return configs, flags, overrides
+
+
+def parse_options(flags):
+    """The sweep's own flags, checked: seeds, out, match, lr_grid, lr_fraction, probe_iters, jobs."""
+    seeds = parse_numbers("seeds", flags["seeds"], int) if "seeds" in flags else DEFAULT_SEEDS
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds lists a seed twice ({seeds})")
+    if not flags.get("out"):
+        raise ConfigError("--out is missing; e.g. --out=sweeps/NAME (run folders and the report go there)")
+    try:
+        match = budget.parse_match(flags["match"]) if "match" in flags else ()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    lr_grid = parse_numbers("lr_grid", flags["lr_grid"], float) if "lr_grid" in flags else None
+    if lr_grid and not all(0 < lr < float("inf") for lr in lr_grid):
+        raise ConfigError(f"--lr_grid={flags['lr_grid']}: every rate must be a finite number > 0")
+    fraction = parse_numbers("lr_fraction", flags.get("lr_fraction", "0.25"), float)[0]
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"--lr_fraction={fraction} must be in (0, 1]: the share of the budget each grid run gets")
+    probe = parse_numbers("probe_iters", flags.get("probe_iters", "30"), int)[0]
+    if probe < 5:
+        raise ConfigError(f"--probe_iters={probe} must be at least 5 (the throughput probe of --match=time)")
+    jobs = parse_numbers("jobs", flags.get("jobs", "1"), int)[0]
+    if jobs < 1:
+        raise ConfigError(f"--jobs={jobs} must be at least 1 (runs trained at the same time)")
+    return {"seeds": seeds, "out": flags["out"], "match": match, "lr_grid": lr_grid, "lr_fraction": fraction,
+            "probe_iters": probe, "jobs": jobs}
+
+
+def parse_args(argv):
+    """(configs, options, overrides) from argv; ConfigError for anything wrong."""
+    configs, flags, overrides = parse_flags(argv)
     if not configs:
         raise ConfigError("no config files given; e.g. python -m tools.sweep config/mha.py config/gqa.py --seeds=1,2,3 "
                           "--out=sweeps/NAME")
-    if not seeds:
-        raise ConfigError("--seeds is missing or empty; e.g. --seeds=1,2,3")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds lists a seed twice ({seeds})")
-    if not out:
-        raise ConfigError("--out is missing; e.g. --out=sweeps/NAME (run folders and the report go there)")
+    opts = parse_options(flags)
     stems = [os.path.splitext(os.path.basename(c))[0] for c in configs]
     if len(set(stems)) != len(stems):
         raise ConfigError(f"two configs share a file name ({', '.join(configs)}); run folders are named after it")
@@ -67,8 +121,12 @@ def parse_args(argv):
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{path}: {e}") from None
     if cfg["wandb_log"] and not any(o.startswith("--wandb_group=") for o in overrides):
-        overrides.append(f"--wandb_group={os.path.basename(os.path.normpath(out))}")
-    return configs, seeds, out, overrides
+        overrides.append(f"--wandb_group={os.path.basename(os.path.normpath(opts['out']))}")
+    return configs, opts, overrides
+
+
+def stem(config):
+    return os.path.splitext(os.path.basename(config))[0]
 
 
 def iters_done(run_dir):
@@ -86,36 +144,53 @@ def fmt_duration(seconds):
 
 
 class Runner:
-    """Runs train.py for one run at a time; forwards SIGINT/SIGTERM to it so a killed sweep
-    leaves the run's checkpoint behind for the next invocation."""
+    """Runs train.py (and eval.py) in child processes; forwards SIGINT/SIGTERM to every child so a
+    killed sweep leaves each run's checkpoint behind for the next invocation."""
 
     def __init__(self):
-        self.child, self.signalled = None, None
+        self.children, self.signalled = set(), None
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._forward)
 
     def _forward(self, signum, _frame):
         self.signalled = signum
-        if self.child is None:
+        if not self.children:
             sys.exit(128 + signum)
-        if self.child.poll() is None:
-            self.child.send_signal(signum)
+        for child in self.children:
+            if child.poll() is None:
+                child.send_signal(signum)
 
-    def train(self, config, seed, run_dir, overrides, state):
-        cmd = [sys.executable, os.path.join(HERE, "train.py"), config, f"--seed={seed}", f"--out_dir={run_dir}",
-               *overrides, *(["--init_from=resume"] if state == "resume" else [])]
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "train.log"), "a") as log:
+    def start(self, cmd, log_path):
+        """cmd in a child process, its output appended to log_path (unbuffered: the log shows where
+        a run is while it runs)."""
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with open(log_path, "a") as log:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
-            # unbuffered: train.log shows where a run is while it runs
-            self.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            rc = self.child.wait()
-            self.child = None
-        if self.signalled is not None:
-            sys.exit(128 + self.signalled)
+            child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.children.add(child)
+        return child
+
+    def finished(self, child):
+        """The child's exit status once it has ended (None while it runs); exits if signalled."""
+        rc = child.poll()
+        if rc is not None:
+            self.children.discard(child)
+            if self.signalled is not None and not self.children:
+                sys.exit(128 + self.signalled)
         return rc
+
+    def run(self, cmd, log_path):
+        child = self.start(cmd, log_path)
+        while self.finished(child) is None:
+            time.sleep(0.2)
+        return child.returncode
+
+
+def train_cmd(config, seed, run_dir, overrides, state):
+    return [sys.executable, os.path.join(HERE, "train.py"), config, f"--seed={seed}", f"--out_dir={run_dir}",
+            *overrides, *(["--init_from=resume"] if state == "resume" else [])]
 
 
 def last_error_line(run_dir):
@@ -125,59 +200,238 @@ def last_error_line(run_dir):
     return (errors or lines or ["(no output)"])[-1]
 
 
+def train_runs(runner, runs, label="", jobs=1):
+    """Train [(config, seed, run_dir, overrides)], up to `jobs` at a time, in order: skip the
+    finished, resume the rest. Returns the names of the runs that failed; exits 2 when a run
+    refuses its input."""
+    max_iters = {run_dir: parse_keys([c, *ov])["max_iters"] for c, _, run_dir, ov in runs}
+    remaining = {run_dir: max(0, max_iters[run_dir] - iters_done(run_dir)) if run_state(run_dir) != "finished" else 0
+                 for _, _, run_dir, _ in runs}
+    failed, active, clock = [], {}, {"s": 0.0, "iters": 0}
+    for i, (config, seed, run_dir, overrides) in enumerate(runs, 1):
+        state, name = run_state(run_dir), label + os.path.basename(run_dir)
+        if state == "finished":
+            print(f"[{i}/{len(runs)}] {name}: finished, skipped", flush=True)
+            continue
+        while len(active) >= jobs:
+            reap(runner, active, remaining, failed, clock)
+        s_per_iter = clock["s"] / clock["iters"] if clock["iters"] else None
+        run_eta = s_per_iter and s_per_iter * remaining[run_dir]
+        sweep_eta = s_per_iter and s_per_iter * sum(remaining.values()) / jobs
+        print(f"[{i}/{len(runs)}] {name}: {'resuming' if state == 'resume' else 'training'} "
+              f"({remaining[run_dir]} iters left) | run ETA {fmt_duration(run_eta)} | "
+              f"sweep ETA {fmt_duration(sweep_eta)}", flush=True)
+        child = runner.start(train_cmd(config, seed, run_dir, overrides, state), os.path.join(run_dir, "train.log"))
+        active[child] = (name, run_dir, time.time())
+    while active:
+        reap(runner, active, remaining, failed, clock)
+    return failed
+
+
+def reap(runner, active, remaining, failed, clock):
+    """Wait until one of the active runs ends, and account for it."""
+    while True:
+        for child, (name, run_dir, t0) in list(active.items()):
+            rc = runner.finished(child)
+            if rc is None:
+                continue
+            del active[child]
+            if rc == 2:
+                fail(f"{name}: train.py refused its input: {last_error_line(run_dir)}")
+            if rc != 0 or run_state(run_dir) != "finished":
+                failed.append(name)
+                print(f"    {name} failed (exit {rc}): {last_error_line(run_dir)}; see {run_dir}/train.log", flush=True)
+            else:
+                clock["s"] += time.time() - t0
+                clock["iters"] += remaining[run_dir]
+            remaining[run_dir] = 0
+            return
+        time.sleep(0.2)
+
+
+# ---- the plan: matched budgets and learning rates, recorded in OUT/plan.json ----
+def plan_inputs(configs, opts, overrides):
+    """What decides the plan (seeds are not in it: adding seeds to a sweep is fine)."""
+    return {"configs": configs, "overrides": overrides, "match": list(opts["match"]), "lr_grid": opts["lr_grid"],
+            "lr_fraction": opts["lr_fraction"] if opts["lr_grid"] else None,
+            "probe_iters": opts["probe_iters"] if "time" in opts["match"] else None}
+
+
+def load_plan(out, inputs):
+    """OUT/plan.json of an earlier invocation with the same inputs, a fresh plan, or a refusal."""
+    path = os.path.join(out, PLAN)
+    if not os.path.isfile(path):
+        return {"inputs": inputs, "configs": {}}
+    with open(path) as f:
+        plan = json.load(f)
+    if plan.get("inputs") != inputs:
+        old = plan.get("inputs", {})
+        diff = [k for k in inputs if old.get(k) != inputs[k]]
+        fail(f"{out} holds a sweep made with other settings ({', '.join(diff)} differ: {path}); re-run it with "
+             "the same command, or give this one another --out")
+    return plan
+
+
+def save_plan(out, plan):
+    os.makedirs(out, exist_ok=True)
+    write_json_atomic(plan, os.path.join(out, PLAN))
+
+
+def vocab_size_of(keys):
+    try:
+        return read_meta(os.path.join(keys["data_dir"], keys["dataset"]))["vocab_size"]
+    except ConfigError as e:
+        fail(f"--match needs the dataset's vocabulary: {e}")
+
+
+def match_budgets(configs, overrides, plan, match):
+    """Per config: the overrides that match the reference (the first config) by params and/or flops."""
+    keys = {c: parse_keys([c, *overrides]) for c in configs}
+    ref = configs[0]
+    vocab = vocab_size_of(keys[ref])
+    ref_params = budget.meta_model(keys[ref], vocab).num_params()
+    for config in configs:
+        entry, k = plan["configs"].setdefault(stem(config), {"overrides": []}), keys[config]
+        hidden = None
+        if "params" in match and config != ref:
+            try:
+                hidden, _ = budget.solve_mlp_hidden(k, ref_params, vocab)
+            except ValueError as e:
+                fail(f"--match=params: {config}: {e}")
+            entry["overrides"].append(f"--mlp_hidden={hidden}")
+        model = budget.meta_model(k, vocab, **({"mlp_hidden": hidden} if hidden else {}))
+        entry.update(params=model.num_params(), flops_per_token=model.flops_per_token(),
+                     tokens_per_iter=budget.tokens_per_iter(k))
+        if "flops" in match:
+            ratio = entry["flops_per_token"] and (plan["configs"][stem(ref)]["flops_per_token"] *
+                                                  plan["configs"][stem(ref)]["tokens_per_iter"] /
+                                                  (entry["flops_per_token"] * entry["tokens_per_iter"]))
+            extra, entry["max_iters"] = budget.iters_for(k, ratio)
+            entry["overrides"] += extra
+
+
+def probe_throughput(runner, configs, overrides, plan, opts):
+    """--match=time: a short run of each config (OUT/probe/), then max_iters for the reference's wall time."""
+    out, n = opts["out"], opts["probe_iters"]
+    tps = {}
+    for config in configs:
+        entry = plan["configs"][stem(config)]
+        run_dir = os.path.join(out, "probe", stem(config))
+        probe = [*overrides, *entry["overrides"], f"--max_iters={n}", f"--eval_interval={n}", "--eval_iters=1",
+                 f"--log_interval={n}"]
+        if run_state(run_dir) != "finished":
+            print(f"probe {stem(config)}: {n} iterations for its throughput", flush=True)
+            cmd = train_cmd(config, opts["seeds"][0], run_dir, probe, run_state(run_dir))
+            if runner.run(cmd, os.path.join(run_dir, "train.log")) or run_state(run_dir) != "finished":
+                fail(f"--match=time: the probe of {config} failed: {last_error_line(run_dir)}")
+        tps[config] = entry["probe_tokens_per_sec"] = read_summary(run_dir)["tokens_per_sec"]
+    ref = configs[0]
+    ref_keys = parse_keys([ref, *overrides])
+    for config in configs:
+        keys = parse_keys([config, *overrides])
+        ratio = budget.time_ratio(tps[config], tps[ref], keys, ref_keys)
+        extra, plan["configs"][stem(config)]["max_iters"] = budget.iters_for(keys, ratio)
+        plan["configs"][stem(config)]["overrides"] += extra
+
+
+def tune_learning_rates(runner, configs, overrides, plan, opts):
+    """--lr_grid: every config at every rate, first seed, lr_fraction of its budget (OUT/lr/); the
+    rate of the lowest best validation loss joins the config's overrides."""
+    seed, grid = opts["seeds"][0], opts["lr_grid"]
+    runs = []
+    for config in configs:
+        entry = plan["configs"][stem(config)]
+        keys = parse_keys([config, *overrides, *entry["overrides"]])
+        cut = budget.fraction_overrides(keys, opts["lr_fraction"])
+        for lr in grid:
+            run_dir = os.path.join(opts["out"], "lr", f"{stem(config)}-lr{lr:g}-s{seed}")
+            lr_keys = budget.lr_overrides(keys, lr)
+            runs.append((config, seed, run_dir, [*overrides, *entry["overrides"], *lr_keys, *cut]))
+    failed = train_runs(runner, runs, label="lr grid ", jobs=opts["jobs"])
+    if failed:
+        fail(f"the learning-rate grid could not finish ({', '.join(failed)}); fix and re-run the same command")
+    for config in configs:
+        entry = plan["configs"][stem(config)]
+        results = {f"{lr:g}": read_summary(os.path.join(opts["out"], "lr", f"{stem(config)}-lr{lr:g}-s{seed}"))
+                   ["best_val_loss"] for lr in grid}
+        best = min(grid, key=lambda lr: results[f"{lr:g}"])
+        keys = parse_keys([config, *overrides, *entry["overrides"]])
+        entry.update(lr_grid=results, learning_rate=best)
+        entry["overrides"] += budget.lr_overrides(keys, best)
+        edge = " (at the grid's edge: widen the grid)" if best in (min(grid), max(grid)) and len(grid) > 1 else ""
+        print(f"{stem(config)}: learning_rate {best:g} chosen on val{edge}", flush=True)
+
+
+def make_plan(runner, configs, opts, overrides):
+    """OUT/plan.json: every stage done once and saved, so a killed sweep picks up where it was."""
+    out = opts["out"]
+    plan = load_plan(out, plan_inputs(configs, opts, overrides))
+    for config in configs:
+        plan["configs"].setdefault(stem(config), {"overrides": []})
+    if opts["match"] and not plan.get("matched"):
+        match_budgets(configs, overrides, plan, [m for m in opts["match"] if m != "time"])
+        if "time" in opts["match"]:
+            probe_throughput(runner, configs, overrides, plan, opts)
+        plan["matched"] = True
+    if opts["lr_grid"] and not plan.get("tuned"):
+        tune_learning_rates(runner, configs, overrides, plan, opts)
+        plan["tuned"] = True
+    save_plan(out, plan)
+    return plan
+
+
+def has_test_split(config, overrides):
+    keys = parse_keys([config, *overrides])
+    return os.path.isfile(os.path.join(keys["data_dir"], keys["dataset"], "test.bin"))
+
+
+def evaluate_on_test(runner, runs):
+    """RUN/test_eval.json for each finished run: its best.pt over every window of the test split at
+    its block_size (the same windows for every run). Kept until the run's best.pt changes."""
+    for config, _, run_dir, run_overrides in runs:
+        path = os.path.join(run_dir, "test_eval.json")
+        ckpt = os.path.join(run_dir, "best.pt")
+        if os.path.isfile(path) and os.path.getmtime(path) >= os.path.getmtime(ckpt):
+            continue
+        block_size = parse_keys([config, *run_overrides])["block_size"]
+        cmd = [sys.executable, "-m", "tools.eval", run_dir, "--split=test", f"--lengths={block_size}",
+               f"--json={path}", f"--plot={os.path.join(run_dir, 'test_eval.png')}"]
+        if runner.run(cmd, os.path.join(run_dir, "test_eval.log")):
+            fail(f"{run_dir}: the test evaluation failed; see {run_dir}/test_eval.log")
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:
         print(__doc__)
         return
     try:
-        configs, seeds, out, overrides = parse_args(argv)
-        max_iters = parse_keys([configs[0], *overrides])["max_iters"]
+        configs, opts, overrides = parse_args(argv)
     except ConfigError as e:
         fail(str(e))
+    runner = Runner()
+    plan = make_plan(runner, configs, opts, overrides)
+    out = opts["out"]
     # seed-major order: a sweep cut short still has every config at the first seeds
-    stem = {c: os.path.splitext(os.path.basename(c))[0] for c in configs}
-    runs = [(c, s, os.path.join(out, f"{stem[c]}-s{s}")) for s in seeds for c in configs]
-    remaining = {run_dir: max(0, max_iters - iters_done(run_dir)) if run_state(run_dir) != "finished" else 0
-                 for _, _, run_dir in runs}
-    runner, failed = Runner(), []
-    trained_s, trained_iters = 0.0, 0
-    for i, (config, seed, run_dir) in enumerate(runs, 1):
-        state = run_state(run_dir)
-        name = os.path.basename(run_dir)
-        if state == "finished":
-            print(f"[{i}/{len(runs)}] {name}: finished, skipped", flush=True)
-            continue
-        s_per_iter = trained_s / trained_iters if trained_iters else None
-        run_eta = s_per_iter and s_per_iter * remaining[run_dir]
-        sweep_eta = s_per_iter and s_per_iter * sum(remaining.values())
-        print(f"[{i}/{len(runs)}] {name}: {'resuming' if state == 'resume' else 'training'} "
-              f"({remaining[run_dir]} iters left) | run ETA {fmt_duration(run_eta)} | "
-              f"sweep ETA {fmt_duration(sweep_eta)}", flush=True)
-        t0 = time.time()
-        rc = runner.train(config, seed, run_dir, overrides, state)
-        if rc == 2:
-            fail(f"{name}: train.py refused its input: {last_error_line(run_dir)}")
-        if rc != 0 or run_state(run_dir) != "finished":
-            failed.append(name)
-            print(f"    {name} failed (exit {rc}): {last_error_line(run_dir)}; see {run_dir}/train.log", flush=True)
-        else:
-            trained_s += time.time() - t0
-            trained_iters += remaining[run_dir]
-        remaining[run_dir] = 0
-    report_runs(runs, out)
+    runs = [(c, s, os.path.join(out, f"{stem(c)}-s{s}"), [*overrides, *plan["configs"][stem(c)]["overrides"]])
+            for s in opts["seeds"] for c in configs]
+    failed = train_runs(runner, runs, jobs=opts["jobs"])
+    done = [run for run in runs if run_state(run[2]) == "finished"]
+    if done and has_test_split(configs[0], overrides):
+        evaluate_on_test(runner, done)
+    report_runs([run_dir for _, _, run_dir, _ in done], out)
     if failed:
         print(f"{len(failed)} run(s) failed: {', '.join(failed)}; fix and re-run the same command to resume them",
               file=sys.stderr)
         sys.exit(1)
 
 
-def report_runs(runs, out):
-    done = [run_dir for _, _, run_dir in runs if run_state(run_dir) == "finished"]
+def report_runs(done, out):
     if not done:
         return
     # the report is compare's, through its command line (no tool imports another entry script)
-    r = subprocess.run([sys.executable, "-m", "tools.compare", *done, "--out", out], cwd=HERE)
+    r = subprocess.run([sys.executable, "-m", "tools.compare", *done, "--out", out,
+                        "--plan", os.path.join(out, PLAN)], cwd=HERE)
     if r.returncode:
         sys.exit(r.returncode)
 

@@ -4,7 +4,8 @@ that data/<dataset>/prepare.py writes (train.bin, val.bin).
 Randomness a resumed run must repeat is a function of (seed, rank, step) alone: training
 batch n of rank r is drawn from a generator seeded by (seed, r, n), and so are the dropout
 masks of each step. Resuming then reproduces the uninterrupted run on every rank with no
-RNG state to save. Every evaluation reads the same windows, so losses compare across evals.
+RNG state to save. Every evaluation reads the same windows, whatever the run's seed (EVAL_SEED), so
+losses compare across evaluations and across runs: seeds of two configs are judged on one sample.
 """
 import math
 import os
@@ -13,6 +14,8 @@ import numpy as np
 import torch
 
 from configurator import ConfigError
+
+EVAL_SEED = 1_000_003  # the evaluation windows' draw: one set for every run, not per training seed
 
 
 def check_token_files(data_dir, meta, block_size):
@@ -61,7 +64,7 @@ class Batches:
         """(X, Y, weight) for this rank's share of the eval_iters fixed windows: rank r takes
         windows r, r + world, ... Every rank yields the same count (each forward may be a
         collective); a rank short of a window gets a dummy one with weight 0."""
-        self.gen.manual_seed(self.seed + 1)
+        self.gen.manual_seed(EVAL_SEED)
         dummy = torch.zeros(self.batch_size, self.block_size, dtype=torch.long, device=self.device)
         for k in range(math.ceil(eval_iters / world) * world):
             real, mine = k < eval_iters, k % world == self.rank
