@@ -49,6 +49,7 @@ from trainer.settings import (
     TrainConfig,
     check_data,
     check_train_values,
+    dataset_identity,
     parse_keys,
     resolve_device,
     resolve_dtype,
@@ -80,12 +81,14 @@ def load_settings(argv):
     checkpoint = None
     if tc.init_from == "resume":
         checkpoint, gptconf = read_resume_checkpoint(tc, gptconf, explicit)
+        check_same_dataset(checkpoint, meta, tc, os.path.join(tc.out_dir, "ckpt.pt"))
     elif tc.init_from != "scratch":  # GPT-2 weights: the (converted) config from its config.json, weights later
         gptconf = pretrained_config(tc.init_from, **overrides_from_keys(cfg, explicit))
         if gptconf.vocab_size != meta["vocab_size"]:
             raise ConfigError(f"init_from={tc.init_from} has vocab_size={gptconf.vocab_size} but dataset "
                               f"{tc.dataset!r} has {meta['vocab_size']}; use a GPT-2 BPE dataset such as shakespeare")
     check_token_files(os.path.join(tc.data_dir, tc.dataset), meta, gptconf.block_size)
+    check_out_dir_holds_no_run(tc)
     try:
         os.makedirs(tc.out_dir, exist_ok=True)
     except OSError as e:
@@ -93,9 +96,24 @@ def load_settings(argv):
     return tc, gptconf, meta, cfg, checkpoint
 
 
+def check_out_dir_holds_no_run(tc):
+    """A run that is not resumed would replace out_dir's checkpoints and log: only when asked."""
+    RunLock(tc.out_dir).refuse_if_held()  # a live run there: say that first
+    if tc.init_from == "resume" or tc.overwrite:
+        return
+    held = [name for name in ("ckpt.pt", "best.pt") if os.path.isfile(os.path.join(tc.out_dir, name))]
+    if held:
+        raise ConfigError(f"out_dir {tc.out_dir} already holds a run ({' and '.join(held)}); continue it with "
+                          "--init_from=resume, or start over with --overwrite=True (its checkpoints and log are "
+                          "replaced), or pick another --out_dir")
+
+
 def read_resume_checkpoint(tc, gptconf, explicit):
     """out_dir/ckpt.pt, checked against the command line and the dataset before any work."""
     path = os.path.join(tc.out_dir, "ckpt.pt")
+    if not os.path.exists(path) and os.path.isfile(os.path.join(tc.out_dir, "best.pt")):
+        raise ConfigError(f"init_from=resume but {path} is missing while best.pt is there (the run was stopped "
+                          "while writing its first checkpoint); start over with --init_from=scratch --overwrite=True")
     if not os.path.exists(path):
         raise ConfigError(f"init_from=resume but {path} does not exist; train with init_from=scratch first")
     ckpt = load_checkpoint(path, "cpu", required=RESUME_KEYS)
@@ -108,6 +126,18 @@ def read_resume_checkpoint(tc, gptconf, explicit):
         raise ConfigError(f"resume: {path} has vocab_size={saved.vocab_size} but dataset {tc.dataset!r} has "
                           f"{gptconf.vocab_size}; resume on the dataset it was trained on")
     return ckpt, saved
+
+
+def check_same_dataset(ckpt, meta, tc, path):
+    """A resume reads token ids as the checkpoint's dataset did (checkpoints without a record: not checked)."""
+    saved = ckpt.get("meta")
+    if not isinstance(saved, dict) or "vocab_size" not in saved:
+        return
+    was, now = dataset_identity(saved), dataset_identity(meta)
+    if was != now:
+        what = "characters" if was["chars_sha256"] != now["chars_sha256"] else "tokenizer"
+        raise ConfigError(f"resume: dataset {tc.dataset!r} maps token ids to other {what} than {path} was trained "
+                          f"on ({was['tokenizer']} vs {now['tokenizer']}); resume on the dataset it was trained on")
 
 
 # ---- distributed setup ----
@@ -298,6 +328,19 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return X, Y, n_batch, loss.detach() * tc.gradient_accumulation_steps, grad_norm
 
+    @torch.no_grad()
+    def check_weights_on(self, X, Y):
+        """Before the checkpoint a signal asks for: the weights must still give a finite loss on the
+        next batch. A diverging step can leave finite but blown-up weights after a finite loss (the
+        watch saw nothing yet); saving them would replace the last good ckpt.pt. NonFinite if not."""
+        self.model.eval()
+        with self.autocast:
+            _, loss = self.model(X, Y)
+        self.model.train()
+        if all_ranks_max(int(not torch.isfinite(loss).item()), self.dist):
+            raise NonFinite(self.iter_num, "the weights give a non-finite loss on the next batch (the last step "
+                                           "diverged)")
+
     def save(self, best=False):
         """Every rank calls it (under FSDP the full tensors are gathered); rank 0 writes
         ckpt.pt, and best.pt too when best (this iteration's evaluation is the best so far)."""
@@ -340,6 +383,7 @@ class Trainer:
                 "threads": torch.get_num_threads(),
                 "dataset": self.tc.dataset, "seed": self.tc.seed,
                 "attn_impl": self.raw.attn_impl_report(), "finished": finished, "stopped": stopped,
+                "settings": self.flat_cfg,
                 "last_eval": self.last_eval}
 
     def write_summary(self, finished, stopped=None):
@@ -399,6 +443,7 @@ def train_loop(trainer: Trainer, signals: StopSignals, log_file):
         stop = all_ranks_max(signals.received, dist)  # every rank stops at the same iteration
         if stop:
             watch.check(dist)
+            trainer.check_weights_on(X, Y)
             trainer.save()
             trainer.write_summary(finished=False, stopped=signals.name_of(stop))
             return stop

@@ -139,14 +139,18 @@ class Attention(nn.Module):
     def attn_dropout(self) -> float:
         return self.dropout if self.training else 0.0
 
-    def output(self, y, x):
-        """y (B, H, T, D) -> (B, T, C) through c_proj; x (B, T, C), the layer input, feeds the gate.
+    def output(self, y, x=None):
+        """y (B, H, T, D) -> (B, T, C) through c_proj; x (B, T, C), the layer input, feeds the gate
+        (a variant that passes no x cannot take attn_output_gate).
 
             attn_output_gate=sigmoid:  y_h <- y_h * sigmoid(x W_g)_h   (Qiu et al. 2025, their G1)
         """
         B, H, T, D = y.shape
         y = y.transpose(1, 2)                                          # (B, T, H, D)
         if self.gate_proj is not None:
+            if x is None:
+                raise ValueError(f"{type(self).__name__} calls output(y) without the layer input, so "
+                                 "attn_output_gate cannot run; pass it: self.output(y, x)")
             y = y * torch.sigmoid(self.gate_proj(x)).view(B, T, H, D)
         return self.resid_dropout(self.c_proj(y.reshape(B, T, H * D)))
 

@@ -261,16 +261,21 @@ def test_split_root(tmp_path_factory):
     return root
 
 
-def run_sweep(root, out, *extra):
-    cmd = [sys.executable, "-m", "tools.sweep", "config/mha.py", "config/gla.py", f"--out={out}",
-           f"--data_dir={root}", *SWEEP_TINY, *extra]
+def run_sweep(root, out, *extra, configs=("config/mha.py", "config/gla.py")):
+    cmd = [sys.executable, "-m", "tools.sweep", *configs, f"--out={out}", f"--data_dir={root}", *SWEEP_TINY, *extra]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
 
 
+GPU_TIER = ("config/study1024/mha.py", "config/study1024/gla.py")   # shrunk below to a CPU size
+GPU_TIER_ON_CPU = ["--dataset=shakespeare_char", "--compile=False", "--gradient_accumulation_steps=1",
+                   "--gla_chunk=8", "--threads=1"]
+
+
 def test_sweep_matches_params_and_flops_tunes_lr_and_reports_on_test(test_split_root, tmp_path):
+    """The GPU tier's configs and protocol, at a tiny size on CPU."""
     out = tmp_path / "fair"
     r = run_sweep(test_split_root, out, "--seeds=1,2", "--match=params,flops", "--lr_grid=3e-3,1e-2",
-                  "--lr_fraction=0.5", "--jobs=2", "--threads=1")
+                  "--lr_fraction=0.5", "--jobs=2", *GPU_TIER_ON_CPU, configs=GPU_TIER)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     plan = json.loads((out / "plan.json").read_text())
     s = {c: json.loads((out / f"{c}-s1" / "summary.json").read_text()) for c in ("mha", "gla")}
@@ -286,7 +291,7 @@ def test_sweep_matches_params_and_flops_tunes_lr_and_reports_on_test(test_split_
     report = (out / "report.md").read_text()
     assert "(test_loss;" in report and "Budget: matched params, flops" in report
     r2 = run_sweep(test_split_root, out, "--seeds=1,2", "--match=params,flops", "--lr_grid=1e-3,1e-2",
-                   "--lr_fraction=0.5", "--threads=1")
+                   "--lr_fraction=0.5", *GPU_TIER_ON_CPU, configs=GPU_TIER)
     assert r2.returncode == 2 and len(r2.stderr.strip().splitlines()) == 1 and "lr_grid" in r2.stderr
 
 
@@ -298,6 +303,22 @@ def test_sweep_match_time_probes_each_config(test_split_root, tmp_path):
     tps = {c: plan["configs"][c]["probe_tokens_per_sec"] for c in ("mha", "gla")}
     iters = {c: json.loads((out / f"{c}-s1" / "summary.json").read_text())["iters"] for c in ("mha", "gla")}
     assert iters["mha"] == 20 and iters["gla"] == max(1, round(20 * tps["gla"] / tps["mha"]))
+
+
+STUDIES = {"study256": (0.65e6, 0.95e6, 256, "shakespeare_char"), "study1024": (28e6, 31.5e6, 1024, "fineweb")}
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_study_configs_are_the_stated_scale(study):
+    low, high, context, dataset = STUDIES[study]
+    folder = os.path.join(ROOT, "config", study)
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".py") and n not in ("ctx256.py", "fineweb30m.py"))
+    assert len(names) == 9
+    vocab = 65 if dataset == "shakespeare_char" else 50304
+    for name in names:
+        keys = parse_keys([os.path.join(folder, name)])
+        assert keys["block_size"] == context and keys["dataset"] == dataset
+        assert low <= budget.meta_model(keys, vocab).num_params() <= high, name
 
 
 @pytest.mark.parametrize("flag, words", [("--match=speed", "--match"), ("--match=flops,time", "choose one"),

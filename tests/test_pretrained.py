@@ -282,7 +282,7 @@ def test_train_py_init_from_a_folder_evaluates_as_the_reference_then_trains(data
     other.mkdir(parents=True)
     for name in ("train.bin", "val.bin"):
         (other / name).write_bytes((data_root / "shakespeare_char" / name).read_bytes())
-    (other / "meta.json").write_text(json.dumps({**meta, "vocab_size": 100}))
+    (other / "meta.json").write_text(json.dumps({**meta, "vocab_size": 100, "chars": meta["chars"] + ["?"] * 35}))
     r = subprocess.run([sys.executable, "train.py", *train_args(data_root, tmp_path / "x", f"--init_from={folder}",
                                                                 *extra, f"--data_dir={other.parent}")],
                        cwd=ROOT, capture_output=True, text=True)

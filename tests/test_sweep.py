@@ -56,9 +56,13 @@ def test_sweep_trains_each_run_once_and_reports_seed_statistics(data_root, tmp_p
     assert (out / "report.md").read_text() == report
 
 
-def test_killed_sweep_completes_when_rerun(data_root, tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_killed_sweep_completes_when_rerun(data_root, tmp_path, jobs):
+    """SIGTERM: the running runs save and stop, no further run starts (with --jobs=2 too), the
+    sweep exits; the same command then resumes and finishes everything."""
     out = tmp_path / "sw"
-    cmd = sweep_cmd(data_root, out, configs=("config/mha.py",), seeds="1,2", max_iters=60)
+    seeds = "1,2" if jobs == 1 else "1,2,3"
+    cmd = sweep_cmd(data_root, out, configs=("config/mha.py",), seeds=seeds, max_iters=60) + [f"--jobs={jobs}"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ckpt, deadline = out / "mha-s1" / "ckpt.pt", time.time() + 120
     while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
@@ -66,15 +70,15 @@ def test_killed_sweep_completes_when_rerun(data_root, tmp_path):
     proc.send_signal(signal.SIGTERM)  # mid-run: the first checkpoint (iteration 10 of 60) is on disk
     proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert not (out / "mha-s2").exists()
+    assert not (out / f"mha-s{jobs + 1}").exists()
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
-    assert "mha-s1: resuming" in r.stdout and "mha-s2: training" in r.stdout
-    for seed in (1, 2):
+    assert "mha-s1: resuming" in r.stdout and f"mha-s{jobs + 1}: training" in r.stdout
+    for seed in range(1, jobs + 2):
         summary = json.loads((out / f"mha-s{seed}" / "summary.json").read_text())
         assert summary["iters"] == 60 and summary.get("finished", True)
     assert "--init_from=resume" in (out / "mha-s1" / "train.log").read_text()
-    assert "| mha | 2 |" in (out / "report.md").read_text()
+    assert f"| mha | {jobs + 1} |" in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("extra, words", [(["--n_embd=33"], "n_embd"), (["--no_such_key=1"], "no_such_key"),

@@ -299,7 +299,7 @@ def test_resume_refuses_other_model_keys_and_other_vocabularies(data_root, tmp_p
     for name in ("train.bin", "val.bin"):
         (other / name).write_bytes((data_root / "shakespeare_char" / name).read_bytes())
     meta = json.loads((data_root / "shakespeare_char" / "meta.json").read_text())
-    (other / "meta.json").write_text(json.dumps({**meta, "vocab_size": 100}))
+    (other / "meta.json").write_text(json.dumps({**meta, "vocab_size": 100, "chars": meta["chars"] + ["?"] * 35}))
     args = train_args(data_root, out, "--init_from=resume", "--max_iters=4", f"--data_dir={other.parent}")
     r = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "vocab_size=65" in r.stderr and "100" in r.stderr, r.stderr

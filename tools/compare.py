@@ -28,7 +28,7 @@ import sys
 
 from configurator import fail
 from tools import stats
-from trainer.rundir import RunError, load_run
+from trainer.rundir import RunError, load_run, settings_differ
 
 SEED_SUFFIX = re.compile(r"-s(\d+)$")
 METRICS = {"test": "test_loss", "best_val": "best_val_loss", "final_val": "final_val_loss"}
@@ -272,9 +272,23 @@ def read_plan(path):
         raise RunError(f"--plan {path} is not readable JSON ({e}); pass sweep.py's OUT/plan.json") from None
 
 
-def write_report(run_dirs, out_dir, metric="auto", margin=0.01, plan_path=None):
+def check_groups_alike(groups):
+    """Seeds of one config must differ only in the seed (summary.json's "settings"; older runs lack it)."""
+    for name, runs in groups.items():
+        with_settings = [(n, s["settings"]) for n, s, _ in runs if isinstance(s.get("settings"), dict)]
+        for other, settings in with_settings[1:]:
+            differ = settings_differ(with_settings[0][1], settings)
+            if differ:
+                raise RunError(f"{with_settings[0][0]} and {other} are grouped as {name} but were trained with other "
+                               f"settings ({'; '.join(differ[:3])}); compare them under different names, or pass "
+                               "--allow_mixed to group them anyway")
+
+
+def write_report(run_dirs, out_dir, metric="auto", margin=0.01, plan_path=None, allow_mixed=False):
     """Load, group and write out_dir/report.md and report.png; returns the markdown. RunError on a bad run."""
     groups = group_runs([load(r) for r in run_dirs])
+    if not allow_mixed:
+        check_groups_alike(groups)
     if metric == "test" and any(s.get("test_loss") is None for runs in groups.values() for _, s, _ in runs):
         raise RunError("--metric=test: some runs have no test_eval.json; run python -m tools.eval RUN --split=test "
                        "--json RUN/test_eval.json (sweep.py does it when the dataset has test.bin)")
@@ -310,9 +324,11 @@ def main(argv=None):
     ap.add_argument("--margin", type=positive_float, default=0.01,
                     help="equivalence margin in nats for the two one-sided tests (default 0.01)")
     ap.add_argument("--plan", help="sweep.py's OUT/plan.json, to report the matching and the lr choice")
+    ap.add_argument("--allow_mixed", action="store_true",
+                    help="group runs of one name even when their settings differ beyond the seed")
     args = ap.parse_args(argv)
     try:
-        text = write_report(args.runs, args.out, args.metric, args.margin, args.plan)
+        text = write_report(args.runs, args.out, args.metric, args.margin, args.plan, args.allow_mixed)
     except RunError as e:
         fail(str(e))
     except OSError as e:

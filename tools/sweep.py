@@ -41,7 +41,7 @@ import time
 from configurator import ConfigError, fail
 from model import GPTConfig
 from tools import budget
-from trainer.rundir import read_log, read_summary, run_state, write_json_atomic
+from trainer.rundir import RunError, read_log, read_summary, run_state, settings_differ, write_json_atomic
 from trainer.settings import MODEL_KEYS, parse_keys, read_meta
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root, where train.py is
@@ -173,24 +173,45 @@ class Runner:
         return child
 
     def finished(self, child):
-        """The child's exit status once it has ended (None while it runs); exits if signalled."""
+        """The child's exit status once it has ended (None while it runs)."""
         rc = child.poll()
         if rc is not None:
             self.children.discard(child)
-            if self.signalled is not None and not self.children:
-                sys.exit(128 + self.signalled)
         return rc
+
+    def stop_if_signalled(self):
+        """After a signal no new run starts: wait for the children (each saves its checkpoint), exit."""
+        if self.signalled is None:
+            return
+        for child in list(self.children):
+            child.wait()
+        sys.exit(128 + self.signalled)
 
     def run(self, cmd, log_path):
         child = self.start(cmd, log_path)
         while self.finished(child) is None:
             time.sleep(0.2)
+        self.stop_if_signalled()
         return child.returncode
 
 
 def train_cmd(config, seed, run_dir, overrides, state):
     return [sys.executable, os.path.join(HERE, "train.py"), config, f"--seed={seed}", f"--out_dir={run_dir}",
             *overrides, *(["--init_from=resume"] if state == "resume" else [])]
+
+
+def check_run_settings(config, seed, run_dir, overrides):
+    """A run folder is reused only for the run it was made for (summary.json's settings)."""
+    try:
+        saved = read_summary(run_dir).get("settings")
+    except RunError:
+        return  # none yet (a checkpoint without an evaluation record): train.py's resume checks it
+    if not isinstance(saved, dict):
+        return  # written before runs recorded their settings
+    differ = settings_differ(saved, parse_keys([config, *overrides, f"--seed={seed}"]))
+    if differ:
+        fail(f"{run_dir} was trained with other settings ({'; '.join(differ[:3])}); re-run the command that made "
+             "it, or give this sweep another --out")
 
 
 def last_error_line(run_dir):
@@ -210,11 +231,14 @@ def train_runs(runner, runs, label="", jobs=1):
     failed, active, clock = [], {}, {"s": 0.0, "iters": 0}
     for i, (config, seed, run_dir, overrides) in enumerate(runs, 1):
         state, name = run_state(run_dir), label + os.path.basename(run_dir)
+        if state != "scratch":
+            check_run_settings(config, seed, run_dir, overrides)
         if state == "finished":
             print(f"[{i}/{len(runs)}] {name}: finished, skipped", flush=True)
             continue
         while len(active) >= jobs:
             reap(runner, active, remaining, failed, clock)
+        runner.stop_if_signalled()
         s_per_iter = clock["s"] / clock["iters"] if clock["iters"] else None
         run_eta = s_per_iter and s_per_iter * remaining[run_dir]
         sweep_eta = s_per_iter and s_per_iter * sum(remaining.values()) / jobs
@@ -225,6 +249,7 @@ def train_runs(runner, runs, label="", jobs=1):
         active[child] = (name, run_dir, time.time())
     while active:
         reap(runner, active, remaining, failed, clock)
+    runner.stop_if_signalled()
     return failed
 
 

@@ -45,11 +45,14 @@ def save_atomic(obj, path, writer=torch.save):
     fsync_dir(os.path.dirname(path))
 
 
+# The files train.py writes as NAME.tmp first, then renames: the only .tmp files it removes.
+RUN_FILES = ("ckpt.pt", "best.pt", "summary.json", "log.jsonl", "train.lock")
+
+
 def remove_stale_tmp(folder):
-    """Delete *.tmp files a killed run left behind (they are never loadable)."""
-    if not os.path.isdir(folder):
-        return []
-    stale = [name for name in os.listdir(folder) if name.endswith(".tmp")]
+    """Delete the temporary files of RUN_FILES that a killed run left behind (never loadable);
+    every other file in the folder, a user's notes.tmp too, is left alone."""
+    stale = [name + ".tmp" for name in RUN_FILES if os.path.isfile(os.path.join(folder, name + ".tmp"))]
     for name in stale:
         os.remove(os.path.join(folder, name))
     return stale

@@ -105,3 +105,15 @@ def run_state(run_dir) -> str:
     except RunError:
         pass  # none yet, or torn: the run did not finish cleanly
     return "resume" if os.path.isfile(os.path.join(run_dir, "ckpt.pt")) else "scratch"
+
+
+# Keys that may differ between runs of one config (where they run, what they are called, how many
+# threads): every other key of summary.json's "settings" is the experiment.
+SETTINGS_EXEMPT = ("seed", "out_dir", "init_from", "overwrite", "wandb_run_name", "wandb_group", "threads",
+                   "device", "compile", "backend")
+
+
+def settings_differ(a: dict, b: dict, exempt=SETTINGS_EXEMPT) -> list:
+    """['key: a vs b', ...] for the keys two runs' settings disagree on, beyond the exempt ones."""
+    keys = sorted((set(a) | set(b)) - set(exempt))
+    return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]

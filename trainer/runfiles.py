@@ -2,6 +2,7 @@
 run out of its out_dir, the signals that stop a run cleanly, the non-finite watch. The run's
 records (log.jsonl, summary.json) are trainer/rundir.py's.
 """
+import fcntl
 import json
 import os
 import resource
@@ -44,36 +45,58 @@ class RunLock:
         self.held = False
 
     def acquire(self):
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
+        """Check and take the lock as one step: an flock on out_dir itself serialises every train.py
+        starting there (the kernel drops it if the process dies), and the lock file appears complete
+        (written under a temporary name, then renamed), so no one ever reads a half-written lock."""
+        folder = os.path.dirname(self.path) or "."
+        guard = os.open(folder, os.O_RDONLY)
+        tmp = self.path + ".tmp"  # one writer at a time (under the flock), so one name serves
+        try:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            if os.path.lexists(self.path):
                 self._refuse_or_clear()
-                continue
-            with os.fdopen(fd, "w") as f:
+            with open(tmp, "w") as f:
                 json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}, f)
+            os.replace(tmp, self.path)
             self.held = True
-            return
-        raise ConfigError(f"could not take {self.path}; another run is starting in the same out_dir")
+        except OSError as e:  # a read-only or full folder: nothing of ours stays behind
+            if os.path.isfile(tmp):
+                os.remove(tmp)
+            raise ConfigError(f"cannot write the lock {self.path} ({e.strerror or e}); pick a writable --out_dir "
+                              "with free space") from None
+        finally:
+            os.close(guard)  # releases the flock
 
-    def _refuse_or_clear(self):
+    def owner(self):
+        """(pid, host) of the lock's holder, or None when there is no readable lock."""
         try:
             with open(self.path) as f:
                 owner = json.load(f)
-            pid, host = int(owner["pid"]), str(owner["host"])
+            return int(owner["pid"]), str(owner["host"])
         except (OSError, ValueError, KeyError, TypeError):
-            owner = None
+            return None
+
+    def refuse_if_held(self):
+        """ConfigError (one line) when a live process holds the lock; reads only."""
+        owner = self.owner()
+        if owner is not None and (owner[1] != socket.gethostname() or pid_alive(owner[0])):
+            raise ConfigError(f"out_dir {os.path.dirname(self.path)} is in use by train.py pid {owner[0]} on "
+                              f"{owner[1]} ({self.path}); wait for it to finish or pick another --out_dir")
+
+    def _refuse_or_clear(self):
+        self.refuse_if_held()
+        owner = self.owner()
         if owner is None:  # torn lock (killed while writing it): nobody can hold it
             print(f"note: removing unreadable lock {self.path}", file=sys.stderr)
-        elif host != socket.gethostname() or pid_alive(pid):
-            raise ConfigError(f"out_dir {os.path.dirname(self.path)} is in use by train.py pid {pid} on {host} "
-                              f"({self.path}); wait for it to finish or pick another --out_dir")
         else:
+            pid = owner[0]
             print(f"note: taking over {self.path} left by pid {pid}, which is no longer running", file=sys.stderr)
         try:
             os.remove(self.path)
         except FileNotFoundError:
             pass
+        except OSError as e:  # e.g. a folder named train.lock
+            raise ConfigError(f"cannot remove {self.path} ({e.strerror}); move it away, then run again") from None
 
     def release(self):
         if self.held:

@@ -3,6 +3,7 @@ that turns config files and --key=value overrides into both, and the checks that
 bad value in one line before any work. Tools that build models from the same keys
 (tools/bench.py, plan.py, sweep.py) import this, never train.py.
 """
+import hashlib
 import inspect
 import json
 import os
@@ -28,6 +29,8 @@ class TrainConfig:
     always_save_checkpoint: bool = True  # False: write ckpt.pt only when val loss improves (nanoGPT's key)
     init_from: str = "scratch"    # scratch | resume (from out_dir/ckpt.pt) | gpt2 | gpt2-medium | gpt2-large |
                                   # gpt2-xl | a folder with GPT-2's config.json + model.safetensors
+    overwrite: bool = False       # True: a run not resumed may replace the checkpoints and log of a run already
+                                  # in out_dir (without it, train.py refuses such a folder)
     # wandb
     wandb_log: bool = False
     wandb_project: str = "which-attention"
@@ -148,7 +151,20 @@ def read_meta(data: str) -> dict:
         raise ConfigError(f"{path} has no positive integer vocab_size; re-run the dataset's prepare script")
     if meta.get("dtype", "uint16") not in ("uint16", "uint32"):
         raise ConfigError(f"{path} says dtype={meta.get('dtype')!r}; expected uint16 or uint32")
+    chars = meta.get("chars")
+    if chars is not None and (not isinstance(chars, list) or len(chars) != meta["vocab_size"]):
+        raise ConfigError(f"{path}: its chars list has {len(chars) if isinstance(chars, list) else 'no'} entries but "
+                          f"vocab_size is {meta['vocab_size']}; re-run the dataset's prepare script")
     return meta
+
+
+def dataset_identity(meta: dict) -> dict:
+    """What makes two datasets' token ids mean the same: the tokenizer and, for characters, which
+    character each id is (a hash of the list). A resume on another mapping is refused with it."""
+    chars = meta.get("chars")
+    digest = hashlib.sha256(json.dumps(chars).encode()).hexdigest()[:16] if chars is not None else None
+    return {"tokenizer": meta.get("tokenizer", "char" if chars is not None else None),
+            "vocab_size": meta["vocab_size"], "chars_sha256": digest}
 
 
 def missing_dataset_hint(data_dir: str, dataset: str) -> str:

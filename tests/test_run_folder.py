@@ -1,0 +1,179 @@
+"""The run folder is the user's: nothing in it is lost or silently replaced. Each test here is a
+way a run folder lost data before (a user's .tmp file, a scratch run over a finished one, a
+resume on another vocabulary, a signal during a diverging step, a kill during the first
+checkpoint, a sweep or compare mixing settings, two processes taking the lock at once)."""
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import train
+from helpers import ROOT, train_args
+from trainer.runfiles import RunLock
+
+COMMON = ("--eval_interval=10", "--log_interval=5")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], cwd=ROOT, capture_output=True,
+                          text=True)
+
+
+def one_line(r, *words):
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert all(w in err[0] for w in words), err[0]
+
+
+def test_only_the_runs_own_temporary_files_are_removed(data_root, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.tmp").write_text("a user's notes")
+    (out / "scratch.tmp").mkdir()                     # a folder named *.tmp: left alone, no crash
+    (out / "ckpt.pt.tmp").write_bytes(b"half a checkpoint from a killed run")
+    train.main(train_args(data_root, out, "--max_iters=2", "--eval_interval=2"))
+    assert (out / "notes.tmp").read_text() == "a user's notes" and (out / "scratch.tmp").is_dir()
+    assert not (out / "ckpt.pt.tmp").exists() and not (out / "train.lock").exists()
+
+
+def test_a_scratch_run_into_a_finished_run_is_refused_until_overwrite(data_root, tmp_path):
+    out = tmp_path / "run"
+    args = train_args(data_root, out, "--max_iters=20", *COMMON)
+    train.main(args)
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.iterdir()}
+    r = run_cli(*train_args(data_root, out, "--max_iters=10", *COMMON))    # the crash-recovery reflex
+    one_line(r, "already holds a run", "--init_from=resume", "--overwrite=True")
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.iterdir()} == before
+    train.main(train_args(data_root, out, "--max_iters=10", *COMMON, "--overwrite=True"))
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == 10
+
+
+def test_resume_on_another_character_mapping_is_refused(data_root, tmp_path):
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=10", *COMMON))
+    other = tmp_path / "data" / "shakespeare_char"
+    other.mkdir(parents=True)
+    meta = json.loads((data_root / "shakespeare_char" / "meta.json").read_text())
+    for split in ("train", "val"):
+        (other / f"{split}.bin").write_bytes((data_root / "shakespeare_char" / f"{split}.bin").read_bytes())
+    (other / "meta.json").write_text(json.dumps({**meta, "chars": meta["chars"][::-1]}))  # same size, other ids
+    r = run_cli(*train_args(tmp_path / "data", out, "--max_iters=20", *COMMON, "--init_from=resume"))
+    one_line(r, "other characters", "resume on the dataset it was trained on")
+    (other / "meta.json").write_text(json.dumps({**meta, "chars": meta["chars"][:-1]}))  # 64 chars, vocab 65
+    r = run_cli(*train_args(tmp_path / "data", tmp_path / "fresh", "--max_iters=2", *COMMON))
+    one_line(r, "chars list has 64 entries", "vocab_size is 65")
+
+
+def test_a_signal_during_a_diverging_step_keeps_the_last_good_checkpoint(data_root, tmp_path, capsys,
+                                                                         monkeypatch):
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=20", *COMMON))
+    good = torch.load(out / "ckpt.pt", weights_only=True)
+    original = train.Trainer.train_step
+
+    def diverging(self, *args):
+        result = original(self, *args)
+        if self.iter_num == 23:  # the step blows the weights up (still finite) while SIGTERM arrives
+            with torch.no_grad():
+                self.raw.wte.weight.mul_(1e38)   # max |w| ~1e37: finite, but the next forward overflows
+            assert all(torch.isfinite(p).all() for p in self.raw.parameters())
+            os.kill(os.getpid(), signal.SIGTERM)
+        return result
+    monkeypatch.setattr(train.Trainer, "train_step", diverging)
+    with pytest.raises(SystemExit) as stop:
+        train.main(train_args(data_root, out, "--max_iters=40", "--init_from=resume", *COMMON))
+    assert stop.value.code == 3
+    kept = torch.load(out / "ckpt.pt", weights_only=True)
+    assert kept["iter_num"] == 20 and all(torch.equal(kept["model"][k], good["model"][k]) for k in good["model"])
+
+
+def test_a_kill_during_the_first_checkpoint_leaves_a_run_that_says_what_to_do(data_root, tmp_path):
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=10", *COMMON))
+    (out / "ckpt.pt").rename(out / "ckpt.pt.tmp")  # what a SIGKILL while writing the first ckpt.pt leaves
+    r = run_cli(*train_args(data_root, out, "--max_iters=20", *COMMON, "--init_from=resume"))
+    one_line(r, "best.pt is there", "--overwrite=True")
+    train.main(train_args(data_root, out, "--max_iters=10", *COMMON, "--init_from=scratch", "--overwrite=True"))
+    assert not (out / "ckpt.pt.tmp").exists() and (out / "ckpt.pt").exists()
+
+
+SWEEP_TINY = ["--device=cpu", "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4",
+              "--eval_iters=2", "--eval_interval=5", "--log_interval=5", "--warmup_iters=1", "--max_iters=5",
+              "--lr_decay_iters=5"]
+
+
+def test_sweep_and_compare_never_mix_runs_made_with_other_settings(data_root, tmp_path, capsys):
+    out = tmp_path / "sw"
+
+    def sweep(*extra):
+        return subprocess.run([sys.executable, "-m", "tools.sweep", "config/mha.py", "--seeds=1", f"--out={out}",
+                               f"--data_dir={data_root}", *SWEEP_TINY, *extra], cwd=ROOT, capture_output=True,
+                              text=True)
+    assert sweep().returncode == 0
+    r = sweep("--learning_rate=3e-3")
+    one_line(r, "sweep made with other settings", "overrides differ")
+    (out / "plan.json").unlink()     # a folder from before plan.json: the run's own record still refuses
+    r = sweep("--learning_rate=3e-3")
+    one_line(r, "mha-s1 was trained with other settings", "learning_rate")
+    other = tmp_path / "other" / "mha-s2"
+    train.main(train_args(data_root, other, "--max_iters=5", "--eval_interval=5", "--seed=2"))
+    from tools import compare
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        compare.main([str(out / "mha-s1"), str(other), "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "--allow_mixed" in err[0]
+    compare.main([str(out / "mha-s1"), str(other), "--out", str(tmp_path / "rep"), "--allow_mixed"])
+    assert "| mha | 2 |" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def _contend(folder, barrier, overlaps, wins):
+    """One contender: take the lock, hold it briefly while checking nobody else holds it."""
+    lock = RunLock(folder)
+    barrier.wait()
+    try:
+        lock.acquire()
+    except Exception:
+        return
+    marker = os.path.join(folder, "holder")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        with overlaps.get_lock():
+            overlaps.value += 1
+        lock.release()
+        return
+    with wins.get_lock():
+        wins.value += 1
+    time.sleep(0.002)
+    os.close(fd)
+    os.remove(marker)
+    lock.release()
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_lock_has_one_holder_under_hundreds_of_simultaneous_acquisitions(tmp_path, stale):
+    """200 processes released at once (after a barrier) try to take one out_dir's lock; with
+    stale=True a dead process's lock is there first, so all of them race to take it over."""
+    import socket
+    folder = str(tmp_path)
+    if stale:
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        (tmp_path / "train.lock").write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
+    ctx = multiprocessing.get_context("fork")
+    n = 200
+    barrier, overlaps, wins = ctx.Barrier(n), ctx.Value("i", 0), ctx.Value("i", 0)
+    procs = [ctx.Process(target=_contend, args=(folder, barrier, overlaps, wins)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert overlaps.value == 0 and wins.value >= 1
+    assert not (tmp_path / "train.lock").exists() and not (tmp_path / "train.lock.tmp").exists()
