@@ -5,6 +5,7 @@ path relative to the including file). `--key=value` overrides come after; values
 parsed as Python literals and checked against the key's declared type. Any problem is
 raised as ConfigError with a one-line message; the scripts print it and exit 2.
 """
+import argparse
 import ast
 import difflib
 import os
@@ -19,6 +20,13 @@ def fail(msg):
     """A user mistake: one line on stderr and exit status 2 (used by every script)."""
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(2)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit status 2 (argparse prints the usage first)."""
+
+    def error(self, message):
+        fail(f"{message}; see {self.prog} --help")
 
 
 def _check_type(key, value, typ, raw):

@@ -7,7 +7,6 @@
 
 Samples stream to stdout, separated by a line of dashes; timing goes to stderr.
 """
-import argparse
 import os
 import sys
 import time
@@ -15,7 +14,7 @@ import time
 import torch
 
 from attention import check_impl_runs_on
-from configurator import fail
+from configurator import OneLineParser, fail
 from pretrained import from_pretrained
 from tokenizer import TokenizerError, load_tokenizer
 from trainer.checkpoint import (
@@ -29,14 +28,8 @@ from trainer.settings import resolve_device
 from trainer.threads import use_cpu_threads
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        print(f"error: {message}; see python sample.py --help", file=sys.stderr)
-        sys.exit(2)
-
-
 def parse_args(argv=None):
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python sample.py", description=__doc__.splitlines()[0])
     ap.add_argument("--out_dir", default="out", help="folder holding best.pt / ckpt.pt")
     ap.add_argument("--init_from", default="",
                     help="gpt2 | gpt2-medium | gpt2-large | gpt2-xl | a folder with config.json and "

@@ -32,7 +32,6 @@ since S_i = sum_{j<=i} diag(exp(b_i - b_j)) k_j^T v_j. The effective weight of t
 |w_ij| / sum_j' |w_ij'|: its share of that sum (the per-head RMSNorm rescales a row as a
 whole, so it leaves the shares alone). q, k, g come from attention.record.record_linear.
 """
-import argparse
 import json
 import os
 import sys
@@ -43,20 +42,15 @@ import torch
 
 from attention.positional import alibi_slopes, rope_inv_freq
 from attention.record import record_attention
-from configurator import fail
+from configurator import OneLineParser, fail
 from tokenizer import TokenizerError, load_tokenizer
 from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
 
 NEAR = 4  # distances 1..NEAR count as "near" in the decay summary
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        fail(f"{message}; see python -m tools.analyze --help")
-
-
 def parse_args(argv=None):
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m tools.analyze", description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", metavar="RUN_DIR", help="a train.py out_dir (best.pt / ckpt.pt)")
     ap.add_argument("--out", default=None, help="output folder (default RUN_DIR/analysis)")
     ap.add_argument("--windows", type=int, default=32, help="validation windows to average over")

@@ -26,7 +26,7 @@ import re
 import statistics
 import sys
 
-from configurator import fail
+from configurator import OneLineParser, fail
 from tools import stats
 from trainer.rundir import RunError, load_run, settings_differ
 
@@ -310,13 +310,8 @@ def positive_float(text):
     return value
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse prints usage first)
-        fail(f"{message}; see python -m tools.compare --help")
-
-
 def main(argv=None):
-    ap = Parser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m tools.compare", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR")
     ap.add_argument("--out", default="report", help="folder for report.md and report.png")
     ap.add_argument("--metric", default="auto", choices=("auto", *METRICS),

@@ -11,7 +11,6 @@ block_size) are n/a with the reason; if no requested length is possible for any 
 exits 2 with one line. --json writes a list of {"run", "attention", "pos_encoding",
 "block_size", "length", "val_loss"} (val_loss null where n/a; "test_loss" with --split=test).
 """
-import argparse
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from configurator import fail
+from configurator import OneLineParser, fail
 from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
 
 
@@ -139,7 +138,7 @@ def plot(rows, path, split="val"):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m tools.eval", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs")
     ap.add_argument("--lengths", default="64,128,256,512", help="comma-separated context lengths")
     ap.add_argument("--json", help="also write the rows to this file")
