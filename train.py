@@ -97,7 +97,10 @@ def load_settings(argv):
 
 
 def check_out_dir_holds_no_run(tc):
-    """A run that is not resumed would replace out_dir's checkpoints and log: only when asked."""
+    """A run that is not resumed would replace out_dir's checkpoints and log: only when asked.
+    Rank 0 decides (under torchrun the other ranks would see rank 0's own lock)."""
+    if int(os.environ.get("RANK", 0)) > 0:
+        return
     RunLock(tc.out_dir).refuse_if_held()  # a live run there: say that first
     if tc.init_from == "resume" or tc.overwrite:
         return
