@@ -65,16 +65,20 @@ class Output:
             ids.astype(self.dtype, copy=False).tofile(self.files[split])
             self.tokens[split] += len(ids)
 
-    def move_tail_to_val(self, n):
-        """Move the last n train tokens to val (used when the random val draw picked no document)."""
-        f = self.files["train"]
+    def _take_tail(self, split, n):
+        """Cut the last n tokens off split's temporary file and return them."""
+        f = self.files[split]
         f.flush()
-        keep = self.tokens["train"] - n
-        tail = np.fromfile(self.tmp["train"], dtype=self.dtype, offset=keep * self.dtype.itemsize)
+        keep = self.tokens[split] - n
+        tail = np.fromfile(self.tmp[split], dtype=self.dtype, offset=keep * self.dtype.itemsize)
         f.truncate(keep * self.dtype.itemsize)
         f.seek(0, os.SEEK_END)
-        self.tokens["train"] = keep
-        self.write("val", tail)
+        self.tokens[split] = keep
+        return tail
+
+    def move_tail_to_val(self, n):
+        """Move the last n train tokens to val (used when the random val draw picked no document)."""
+        self.write("val", self._take_tail("train", n))
 
     def sync(self):
         for f in self.files.values():
@@ -102,12 +106,7 @@ class Output:
         reports on, never used to select); returns how many. A token-stream cut: with documents,
         the one at the boundary is split between val and test."""
         n = round(self.tokens["val"] * share)
-        f = self.files["val"]
-        f.flush()
-        keep = self.tokens["val"] - n
-        tail = np.fromfile(self.tmp["val"], dtype=self.dtype, offset=keep * self.dtype.itemsize)
-        f.truncate(keep * self.dtype.itemsize)
-        self.tokens["val"] = keep
+        tail = self._take_tail("val", n)
         self.tmp["test"] = os.path.join(self.out_dir, "test.tmp.bin")
         tail.tofile(self.tmp["test"])
         self.tokens["test"] = n

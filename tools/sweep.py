@@ -328,10 +328,7 @@ def match_budgets(configs, overrides, plan, match):
         entry.update(params=model.num_params(), flops_per_token=model.flops_per_token(),
                      tokens_per_iter=budget.tokens_per_iter(k))
         if "flops" in match:
-            ratio = entry["flops_per_token"] and (plan["configs"][stem(ref)]["flops_per_token"] *
-                                                  plan["configs"][stem(ref)]["tokens_per_iter"] /
-                                                  (entry["flops_per_token"] * entry["tokens_per_iter"]))
-            extra, entry["max_iters"] = budget.iters_for(k, ratio)
+            extra, entry["max_iters"] = budget.iters_for(k, budget.flops_ratio(k, keys[ref], vocab, hidden))
             entry["overrides"] += extra
 
 

@@ -76,16 +76,16 @@ class RunLock:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def refuse_if_held(self):
-        """ConfigError (one line) when a live process holds the lock; reads only."""
-        owner = self.owner()
+    def refuse_if_held(self, owner=None):
+        """ConfigError (one line) when a live process holds the lock (owner: an owner() already read)."""
+        owner = owner or self.owner()
         if owner is not None and (owner[1] != socket.gethostname() or pid_alive(owner[0])):
             raise ConfigError(f"out_dir {os.path.dirname(self.path)} is in use by train.py pid {owner[0]} on "
                               f"{owner[1]} ({self.path}); wait for it to finish or pick another --out_dir")
 
     def _refuse_or_clear(self):
-        self.refuse_if_held()
         owner = self.owner()
+        self.refuse_if_held(owner)
         if owner is None:  # torn lock (killed while writing it): nobody can hold it
             print(f"note: removing unreadable lock {self.path}", file=sys.stderr)
         else:
