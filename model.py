@@ -16,10 +16,12 @@ from torch import nn
 
 from attention import EXCLUSIVE_KEYS, VARIANTS, build_attention, variant_class
 from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
-from attention.positional import sinusoidal_encoding
+from attention.positional import RoPE, sinusoidal_encoding
 
 POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
 ABSOLUTE_POSITIONS = ("learned", "sinusoidal")   # added to the token embeddings
+ROPE_KEYS = ("rope_base", "rope_scaling", "rope_factor", "rope_original_context", "rope_beta_fast",
+             "rope_beta_slow", "rope_attn_factor", "rope_fraction")
 # The sin/cos code (elements of rms 1/sqrt(2)) is scaled to the rms of the 0.02-std tables of
 # _init_weights (wte, and wpe for learned): at full scale its norm is ~35x a token's here and
 # training stalls (the paper scales the embeddings up by sqrt(d_model) instead; GPT-2's init does not).
@@ -41,7 +43,16 @@ class GPTConfig:
     attention: str = "mha"        # one of attention.VARIANTS: mha, gqa, mqa, ...
     n_kv_head: int = 0            # KV heads; 0 = what `attention` implies (mha: n_head, mqa: 1)
     pos_encoding: str = "rope"    # rope | alibi | learned | sinusoidal | none
-    rope_base: float = 10000.0    # RoPE theta_i = rope_base^(-2i/d)
+    rope_base: float = 10000.0    # RoPE theta_i = rope_base^(-2i/d); > 1
+    rope_scaling: str = "none"    # RoPE past the trained context (attention/positional.py, RoPE): none | pi
+                                  # (theta / factor) | ntk (base * factor^(d/(d-2))) | yarn (per-frequency ramp)
+    rope_factor: float = 1.0      # pi/ntk/yarn: the context extension factor s >= 1
+    rope_original_context: int = 0  # yarn: the context the model was trained at; 0 = block_size
+    rope_beta_fast: float = 32.0  # yarn: pairs turning more than this often over the original context keep theta
+    rope_beta_slow: float = 1.0   # yarn: pairs turning less often get theta / factor (a linear ramp between)
+    rope_attn_factor: float = 0.0  # yarn: cos and sin times this (logits times its square); 0 = 0.1 ln(s) + 1
+    rope_fraction: float = 1.0    # rotate the first int(fraction * d) dims of each head (GPT-NeoX rotary_pct;
+                                  # MLA: of the decoupled key); 0 = no positions
     attn_impl: str = "auto"       # auto (Triton on CUDA, else SDPA) | triton | sdpa | naive
     attn_output_gate: str = "none"  # softmax variants: none | sigmoid (y_h * sigmoid(x W_g)_h before c_proj,
                                   # elementwise per head from the block input: Qiu et al. 2025, "Gated Attention")
@@ -100,6 +111,16 @@ class GPTConfig:
         variant.check_config(self)  # the variant's own rules (KV heads, allowed positions, its knobs)
         if self.n_kv_head < 1 or self.n_head % self.n_kv_head:
             raise ValueError(f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}")
+        self.check_rope(variant)
+
+    def check_rope(self, variant):
+        """The rope_* keys: checked against the dims the variant rotates, refused without RoPE."""
+        if self.pos_encoding == "rope":
+            RoPE.from_config(self).check(variant.rope_dim(self))
+            return
+        for key in ROPE_KEYS:  # without RoPE they would be silently ignored
+            if getattr(self, key) != getattr(GPTConfig, key):
+                raise ValueError(f"{key} needs pos_encoding=rope (got {self.pos_encoding}); leave it unset")
 
     def to_dict(self):
         return asdict(self)

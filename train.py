@@ -8,9 +8,11 @@
 
 Writes to out_dir at every evaluation: ckpt.pt (to resume), best.pt (the weights of the best
 validation loss), a line of log.jsonl and summary.json ("finished": false until the end).
-init_from=resume continues from out_dir/ckpt.pt. A lock file keeps a second run out of the
-same out_dir. Exit status: 0 done, 2 bad input or checkpoint, 3 non-finite loss (the last
-good checkpoint kept), 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM after saving.
+init_from=resume continues from out_dir/ckpt.pt; init_from=RUN_DIR fine-tunes another run's
+weights (e.g. at a longer block_size with --rope_scaling=yarn --rope_factor=4). A lock file
+keeps a second run out of the same out_dir. Exit status: 0 done, 2 bad input or checkpoint,
+3 non-finite loss (the last good checkpoint kept), 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM
+after saving.
 """
 import math
 import os
@@ -28,8 +30,10 @@ from pretrained import OVERRIDABLE, from_pretrained, overrides_from_keys, pretra
 from trainer.batches import Batches, check_token_files
 from trainer.checkpoint import (
     CheckpointError,
+    is_run_folder,
     load_checkpoint,
     model_config_from_checkpoint,
+    model_from_checkpoint,
     remove_stale_tmp,
     save_atomic,
 )
@@ -43,6 +47,7 @@ from trainer.runfiles import (
     peak_memory_bytes,
 )
 from trainer.settings import (
+    FINETUNE_MAY_CHANGE,
     MODEL_KEYS,
     RESUME_MAY_CHANGE,
     TRAIN_KEYS,
@@ -82,6 +87,10 @@ def load_settings(argv):
     if tc.init_from == "resume":
         checkpoint, gptconf = read_resume_checkpoint(tc, gptconf, explicit)
         check_same_dataset(checkpoint, meta, tc, os.path.join(tc.out_dir, "ckpt.pt"))
+    elif is_run_folder(tc.init_from):  # a run of ours: its config (with the allowed changes), weights later
+        source = os.path.join(tc.init_from, "ckpt.pt")
+        ckpt, gptconf = read_finetune_source(source, gptconf, explicit)
+        check_same_dataset(ckpt, meta, tc, source)
     elif tc.init_from != "scratch":  # GPT-2 weights: the (converted) config from its config.json, weights later
         gptconf = pretrained_config(tc.init_from, **overrides_from_keys(cfg, explicit))
         if gptconf.vocab_size != meta["vocab_size"]:
@@ -129,6 +138,28 @@ def read_resume_checkpoint(tc, gptconf, explicit):
         raise ConfigError(f"resume: {path} has vocab_size={saved.vocab_size} but dataset {tc.dataset!r} has "
                           f"{gptconf.vocab_size}; resume on the dataset it was trained on")
     return ckpt, saved
+
+
+def read_finetune_source(path, gptconf, explicit):
+    """-> (checkpoint, GPTConfig): the source run's model config with the command line's changes to
+    FINETUNE_MAY_CHANGE keys. A longer block_size keeps RoPE's original context at the trained one."""
+    ckpt = load_checkpoint(path, "cpu", required=("model", "model_args"))
+    saved = model_config_from_checkpoint(ckpt, path)
+    differ = [f"{k}={getattr(gptconf, k)!r} (checkpoint: {getattr(saved, k)!r})" for k in sorted(explicit)
+              if k in MODEL_KEYS and k not in FINETUNE_MAY_CHANGE and getattr(gptconf, k) != getattr(saved, k)]
+    if differ:
+        raise ConfigError(f"init_from: {', '.join(differ)} differ from {path}; a fine-tune may change only "
+                          f"{', '.join(FINETUNE_MAY_CHANGE)}")
+    changes = {k: getattr(gptconf, k) for k in FINETUNE_MAY_CHANGE if k in explicit}
+    if saved.pos_encoding == "rope" and "rope_original_context" not in explicit and not saved.rope_original_context:
+        changes["rope_original_context"] = saved.block_size   # what yarn's ramp is measured against
+    if saved.pos_encoding == "learned" and changes.get("block_size", saved.block_size) > saved.block_size:
+        raise ConfigError(f"init_from: {path} has learned positions for {saved.block_size} tokens only; "
+                          f"fine-tune at block_size <= {saved.block_size}")
+    if saved.vocab_size != gptconf.vocab_size:
+        raise ConfigError(f"init_from: {path} has vocab_size={saved.vocab_size} but the dataset has "
+                          f"{gptconf.vocab_size}; fine-tune on the dataset it was trained on")
+    return ckpt, model_config_from_checkpoint(ckpt, path, **changes)
 
 
 def check_same_dataset(ckpt, meta, tc, path):
@@ -180,6 +211,9 @@ def build_model(tc, gptconf, dist, checkpoint, ptdtype):
     torch.manual_seed(tc.seed)  # the same initial weights on every rank (FSDP shards them as they are)
     if tc.init_from in ("scratch", "resume"):
         raw = GPT(gptconf).to(dist.device)
+    elif is_run_folder(tc.init_from):  # fine-tune: the run's weights, a fresh optimizer, iteration 0
+        path = os.path.join(tc.init_from, "ckpt.pt")
+        raw = model_from_checkpoint(load_checkpoint(path, "cpu"), gptconf, path).train().to(dist.device)
     else:  # the same conversion load_settings checked, now with the weights
         raw = from_pretrained(tc.init_from, **{k: getattr(gptconf, k) for k in OVERRIDABLE}).to(dist.device)
     raw.n_params = raw.num_params()  # before sharding: counts whole tensors

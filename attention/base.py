@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from attention import record
 from attention.cache import KVCache
 from attention.dispatch import ATTN_IMPLS, check_impl_runs_on, choose_impl  # noqa: F401  (public here too)
-from attention.positional import alibi_bias, alibi_slopes, apply_rope, rope_cos_sin
+from attention.positional import RoPE, alibi_bias, alibi_slopes
 
 
 class Attention(nn.Module):
@@ -57,13 +57,15 @@ class Attention(nn.Module):
 
     @classmethod
     def check_config(cls, config):
-        """The head dim n_embd // n_head: n_embd divisible by n_head, and even under RoPE. A variant
-        with its own rules overrides this and calls it (super()) unless it sets its own head dims."""
+        """The head dim n_embd // n_head: n_embd divisible by n_head (RoPE's own rules: rope_dim). A
+        variant with its own rules overrides this and calls it (super()) unless it sets its own head dims."""
         if config.n_embd % config.n_head:
             raise ValueError(f"n_embd={config.n_embd} is not divisible by n_head={config.n_head}")
-        if config.pos_encoding == "rope" and (config.n_embd // config.n_head) % 2:
-            raise ValueError(f"RoPE needs an even head dim, got {config.n_embd // config.n_head}; "
-                             "change n_embd or n_head")
+
+    @classmethod
+    def rope_dim(cls, config) -> int:
+        """The dims of each query/key head that RoPE sees (after check_config filled the defaults)."""
+        return config.n_embd // config.n_head
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cache=None) -> torch.Tensor:
         raise NotImplementedError
@@ -121,7 +123,8 @@ class Attention(nn.Module):
             self.gate_proj = nn.Linear(config.n_embd, self.n_head * self.head_dim, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
         self.dropout = config.dropout
-        self.pos_encoding, self.rope_base = config.pos_encoding, config.rope_base
+        self.pos_encoding = config.pos_encoding
+        self.rotary = RoPE.from_config(config) if config.pos_encoding == "rope" else None
         self.attn_impl = config.attn_impl
         if config.pos_encoding == "alibi":
             self.register_buffer("alibi_slopes", alibi_slopes(self.n_head), persistent=False)
@@ -130,10 +133,7 @@ class Attention(nn.Module):
 
     def rope(self, pos, *xs):
         """Rotate each (B, heads, T, d) tensor by RoPE at positions pos (no-op without rope)."""
-        if self.pos_encoding != "rope":
-            return xs
-        cos, sin = rope_cos_sin(pos, xs[0].size(-1), self.rope_base)
-        return tuple(apply_rope(x, cos, sin) for x in xs)
+        return xs if self.rotary is None else self.rotary(pos, *xs)
 
     @property
     def attn_dropout(self) -> float:

@@ -102,6 +102,10 @@ class MultiHeadLatentAttention(Attention):
             raise ValueError(f"rope_head_dim={config.rope_head_dim} needs pos_encoding=rope; "
                              f"use 0 (or -1) with pos_encoding={config.pos_encoding}")
 
+    @classmethod
+    def rope_dim(cls, config) -> int:
+        return config.rope_head_dim   # only the decoupled key and query part turn
+
     def __init__(self, config, layer_idx: int):
         super().__init__()
         C, H = config.n_embd, config.n_head

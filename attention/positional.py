@@ -1,10 +1,11 @@
-"""Positional encodings: RoPE and ALiBi (used by every attention variant) and the
-sinusoidal absolute code (added to the token embeddings by model.py).
+"""Positional encodings: RoPE (one object: base, scaling, fraction) and ALiBi, used by every
+attention variant, and the sinusoidal absolute code (added to the token embeddings by model.py).
 
 All work on absolute positions (a LongTensor of the tokens' indices in the
 sequence), so a decoder with a cache just passes the positions of the new tokens.
 """
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -14,14 +15,17 @@ def rope_inv_freq(dim: int, base: float) -> torch.Tensor:
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
 
 
-def rope_cos_sin(pos: torch.Tensor, dim: int, base: float):
-    """cos/sin of m*theta_i for each position m: two (T, dim/2) fp32 tensors.
+def rope_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0):
+    """cos/sin of m*theta_i for each position m, times scale: two (T, len(inv_freq)) fp32 tensors.
 
     Computed on the fly in fp64 (so large positions keep their precision) rather
     than read from a table, so decoding may run past any training length.
     """
-    angles = pos.to(torch.float64)[:, None] * rope_inv_freq(dim, base).to(pos.device)[None, :]
-    return angles.cos().float(), angles.sin().float()
+    angles = pos.to(torch.float64)[:, None] * inv_freq.to(pos.device)[None, :]
+    cos, sin = angles.cos(), angles.sin()
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return cos.float(), sin.float()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -36,6 +40,113 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
         pairs = pairs.contiguous()                            # view_as_complex needs even strides
     rotated = torch.view_as_complex(pairs) * torch.complex(cos, sin)
     return torch.view_as_real(rotated).flatten(-2).type_as(x)
+
+
+ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
+
+
+@dataclass(frozen=True)
+class RoPE:
+    """The one rotation every variant applies (MHA family, BigBird, MLA's decoupled key, GLA), so
+    training, decoding with a cache, eval.py and analyze.py see the same angles.
+
+        head dims:  [ x_0 x_1 | x_2 x_3 | ... | x_{r-2} x_{r-1} | x_r ... x_{d-1} ]
+                      pair 0    pair 1          pair r/2-1        passed through
+        r = int(fraction * d) rotated dims (GPT-NeoX's rotary_pct, litgpt's rotary_percentage);
+        pair i turns by m * theta_i at position m, theta_i = base^(-2i/r) before scaling.
+
+    Scalings that stretch a model trained at `original_context` tokens by `factor`:
+        pi    theta_i / factor: positions squeezed into the trained range (Chen et al. 2023)
+        ntk   base * factor^(r/(r-2)): the lowest frequency interpolated by exactly `factor`,
+              the highest kept ("NTK-aware" scaling, bloc97 2023)
+        yarn  per pair, by how many turns it makes over the original context: more than
+              beta_fast keep theta_i, fewer than beta_slow get theta_i / factor, a linear ramp
+              in the pair index between; cos and sin times the attention factor (logits times
+              its square), 0.1 ln(factor) + 1 by default (Peng et al. 2023; the ramp as in
+              their code and Hugging Face's, with the bounds rounded outward)
+    """
+    base: float = 10000.0
+    scaling: str = "none"
+    factor: float = 1.0
+    original_context: int = 0     # the trained context (yarn's ramp); resolved from block_size by from_config
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attn_factor: float = 0.0      # yarn's cos/sin multiplier; 0 = 0.1 ln(factor) + 1
+    fraction: float = 1.0
+
+    @classmethod
+    def from_config(cls, config) -> "RoPE":
+        return cls(config.rope_base, config.rope_scaling, config.rope_factor,
+                   config.rope_original_context or config.block_size, config.rope_beta_fast,
+                   config.rope_beta_slow, config.rope_attn_factor, config.rope_fraction)
+
+    def check(self, head_dim: int) -> None:
+        """ValueError (one line) for settings that would rotate nonsense, given the dims RoPE sees."""
+        if not self.base > 1 or not math.isfinite(self.base):
+            raise ValueError(f"rope_base={self.base} must be a finite number > 1 (theta_i = base^(-2i/d))")
+        if self.scaling not in ROPE_SCALINGS:
+            raise ValueError(f"unknown rope_scaling={self.scaling!r}; choose one of {', '.join(ROPE_SCALINGS)}")
+        if not 1 <= self.factor < math.inf:
+            raise ValueError(f"rope_factor={self.factor} must be >= 1 (the context extension factor)")
+        if self.scaling == "none" and self.factor != 1:
+            raise ValueError(f"rope_factor={self.factor} needs rope_scaling=pi, ntk or yarn")
+        if not self.beta_fast > self.beta_slow > 0:
+            raise ValueError(f"rope_beta_fast={self.beta_fast} must be > rope_beta_slow={self.beta_slow} > 0")
+        if not 0 <= self.attn_factor < math.inf:
+            raise ValueError(f"rope_attn_factor={self.attn_factor} must be >= 0 (0 = yarn's 0.1 ln(factor) + 1)")
+        if not 0 <= self.fraction <= 1:
+            raise ValueError(f"rope_fraction={self.fraction} must be in [0, 1]")
+        rotated = self.rotated_dims(head_dim)
+        if rotated % 2:
+            raise ValueError(f"RoPE rotates pairs, but rope_fraction={self.fraction} of the head dim {head_dim} "
+                             f"is {rotated} dims, an odd number; change n_embd, n_head or rope_fraction")
+        if self.scaling == "ntk" and rotated < 4:
+            raise ValueError(f"rope_scaling=ntk needs at least 4 rotated dims (base * factor^(r/(r-2))), got {rotated}")
+
+    def rotated_dims(self, head_dim: int) -> int:
+        return int(head_dim * self.fraction)
+
+    def inv_freq(self, head_dim: int) -> torch.Tensor:
+        """theta_i of the rotated pairs after scaling: (r/2,) fp64."""
+        r = self.rotated_dims(head_dim)
+        if self.scaling == "ntk":
+            return rope_inv_freq(r, self.base * self.factor ** (r / (r - 2)))
+        theta = rope_inv_freq(r, self.base)
+        if self.scaling == "pi":
+            return theta / self.factor
+        if self.scaling == "yarn":
+            keep = self._yarn_keep(r)                            # 1: extrapolate (keep), 0: interpolate
+            return theta / self.factor * (1 - keep) + theta * keep
+        return theta
+
+    def _yarn_keep(self, r: int) -> torch.Tensor:
+        """Per pair i, the weight of the unscaled theta_i: 1 below pair `low`, 0 above `high`, linear
+        between, where a pair index is found from the turns it makes over the original context:
+            pair(turns) = r * ln(L / (2 pi turns)) / (2 ln base)       (theta_i L = 2 pi turns)"""
+        def pair_of(turns):
+            return r * math.log(self.original_context / (2 * math.pi * turns)) / (2 * math.log(self.base))
+        low = max(math.floor(pair_of(self.beta_fast)), 0)
+        high = min(math.ceil(pair_of(self.beta_slow)), r - 1)
+        high = high if high != low else high + 0.001             # a one-pair ramp: avoid 0/0
+        ramp = ((torch.arange(r // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        return 1 - ramp
+
+    def attention_factor(self) -> float:
+        if self.scaling != "yarn":
+            return 1.0
+        if self.attn_factor:
+            return self.attn_factor
+        return 0.1 * math.log(self.factor) + 1.0 if self.factor > 1 else 1.0
+
+    def __call__(self, pos: torch.Tensor, *xs: torch.Tensor):
+        """Rotate the first r dims of each (B, heads, T, d) tensor at positions pos (T,)."""
+        r = self.rotated_dims(xs[0].size(-1))
+        if r == 0:
+            return xs
+        cos, sin = rope_cos_sin(pos, self.inv_freq(xs[0].size(-1)), self.attention_factor())  # (T, r/2)
+        if r == xs[0].size(-1):
+            return tuple(apply_rope(x, cos, sin) for x in xs)
+        return tuple(torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1) for x in xs)
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:

@@ -27,13 +27,14 @@ def train_args(data_root, out_dir, *extra):
             "--warmup_iters=5", "--learning_rate=1e-2", "--lr_decay_iters=100", *extra]
 
 
-def reference_qkv_attention(attn, x, pos_encoding, mask=None, probs_out=None):
+def reference_qkv_attention(attn, x, pos_encoding, mask=None, probs_out=None, rope=None):
     """Independent causal attention for the c_attn/c_proj layers (MHA family, BigBird): a
     loop over heads with per-head weights, explicit scores, RoPE by 2x2 rotations of the
     pairs (x[2i], x[2i+1]), ALiBi slopes of 4 heads spelled out, GQA by head groups, the
     sigmoid output gate (bias-free) when the layer has one.
     mask: optional bool (T, T) of allowed pairs (default: causal); probs_out: a list that
-    receives each head's probabilities (B, T, T)."""
+    receives each head's probabilities (B, T, T); rope: optional (inv_freq (r/2,), attention
+    factor) from elsewhere (e.g. Hugging Face's scalings): the first r dims turn, times the factor."""
     B, T, C = x.shape
     H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
     W = attn.c_attn.weight
@@ -45,12 +46,14 @@ def reference_qkv_attention(attn, x, pos_encoding, mask=None, probs_out=None):
         g = h // (H // Hkv)
         q, k, v = (x @ w[i * D:(i + 1) * D].T for w, i in ((q_w, h), (k_w, g), (v_w, g)))
         if pos_encoding == "rope":
-            ang = torch.arange(T)[:, None].double() * (10000.0 ** (-torch.arange(0, D, 2).double() / D))
-            c, s = ang.cos().float(), ang.sin().float()
+            inv_freq, factor = rope or (10000.0 ** (-torch.arange(0, D, 2).double() / D), 1.0)
+            r = 2 * len(inv_freq)
+            ang = torch.arange(T)[:, None].double() * inv_freq.double()
+            c, s = (ang.cos() * factor).float(), (ang.sin() * factor).float()
 
             def rot(t):
-                e, o = t[..., 0::2], t[..., 1::2]
-                return torch.stack((e * c - o * s, e * s + o * c), dim=-1).flatten(-2)
+                e, o = t[..., 0:r:2], t[..., 1:r:2]
+                return torch.cat([torch.stack((e * c - o * s, e * s + o * c), dim=-1).flatten(-2), t[..., r:]], -1)
             q, k = rot(q), rot(k)
         scores = q @ k.transpose(-1, -2) / math.sqrt(D)
         if pos_encoding == "alibi":

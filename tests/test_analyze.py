@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from attention.positional import sinusoidal_encoding
+from attention.positional import RoPE, sinusoidal_encoding
 from attention.record import record_attention
 from helpers import ROOT, reference_qkv_attention, tiny_model_kwargs
 from kernels.reference import naive_recurrent_gla
@@ -177,7 +177,7 @@ def test_same_token_ratio_against_a_direct_count():
 
 def test_rope_bound_against_the_paper_sum():
     d, base = 16, 10000.0
-    got = analyze.rope_relative_bound(d, base, 40)
+    got = analyze.rope_relative_bound(RoPE(base).inv_freq(d), 40)
     def bound(r):
         return sum(abs(sum(complex(math.cos(r * base ** (-2 * k / d)), math.sin(r * base ** (-2 * k / d)))
                            for k in range(j))) for j in range(1, d // 2 + 1)) / (d // 2)

@@ -50,7 +50,8 @@ def test_eval_at_1x_matches_direct_computation_and_4x_is_finite(runs, data_root,
                       "--ckpt=last", "--max_tokens=3000", "--batch_size=5", f"--data_dir={data_root}"])
     rows = json.loads(out.read_text())
     assert [r["length"] for r in rows] == [32, 128]
-    assert set(rows[0]) == {"run", "attention", "pos_encoding", "block_size", "length", "val_loss"}
+    assert set(rows[0]) == {"run", "attention", "pos_encoding", "rope_scaling", "rope_factor", "block_size", "length",
+                            "val_loss"}
     assert rows[0]["pos_encoding"] == pos and rows[0]["block_size"] == 32
     assert rows[0]["val_loss"] == pytest.approx(direct_loss(runs / pos, data_root, 32, 3000), abs=1e-5)
     assert math.isfinite(rows[1]["val_loss"]) and rows[1]["val_loss"] < math.log(65) + 1

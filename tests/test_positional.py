@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from attention.positional import alibi_bias, alibi_slopes, apply_rope, rope_cos_sin
+from attention.positional import alibi_bias, alibi_slopes, apply_rope, rope_cos_sin, rope_inv_freq
 
 
 def rope_by_hand(x, m, base):
@@ -22,7 +22,7 @@ def test_rope_matches_rotation_matrices():
     torch.manual_seed(0)
     x = torch.randn(1, 1, 5, 16, dtype=torch.float64)
     pos = torch.tensor([0, 1, 7, 100, 4095])
-    cos, sin = rope_cos_sin(pos, 16, 10000.0)
+    cos, sin = rope_cos_sin(pos, rope_inv_freq(16, 10000.0))
     got = apply_rope(x.float(), cos, sin)
     for t, m in enumerate(pos.tolist()):
         want = rope_by_hand(x[0, 0, t], m, 10000.0).float()
@@ -34,8 +34,8 @@ def test_rope_score_depends_only_on_offset():
     q, k = torch.randn(1, 1, 1, 32), torch.randn(1, 1, 1, 32)
 
     def score(m, n):
-        cq, sq = rope_cos_sin(torch.tensor([m]), 32, 500.0)
-        ck, sk = rope_cos_sin(torch.tensor([n]), 32, 500.0)
+        cq, sq = rope_cos_sin(torch.tensor([m]), rope_inv_freq(32, 500.0))
+        ck, sk = rope_cos_sin(torch.tensor([n]), rope_inv_freq(32, 500.0))
         return (apply_rope(q, cq, sq) * apply_rope(k, ck, sk)).sum().item()
 
     for offset in (0, 1, 5, 37):

@@ -33,6 +33,7 @@ since S_i = sum_{j<=i} diag(exp(b_i - b_j)) k_j^T v_j. The effective weight of t
 whole, so it leaves the shares alone). q, k, g come from attention.record.record_linear.
 """
 import json
+import math
 import os
 import sys
 import time
@@ -40,7 +41,8 @@ import time
 import numpy as np
 import torch
 
-from attention.positional import alibi_slopes, rope_inv_freq
+from attention import variant_class
+from attention.positional import RoPE, alibi_slopes, rope_inv_freq
 from attention.record import record_attention
 from configurator import OneLineParser, fail
 from tokenizer import TokenizerError, load_tokenizer
@@ -211,15 +213,27 @@ def shift_invariance(model, val, starts, length):
     return float(per_layer.max()), per_layer.tolist()
 
 
-def rope_relative_bound(head_dim, base, max_distance):
+def rope_relative_bound(inv_freq, max_distance):
     """RoFormer section 3.4.3: |sum_j h_j e^{i r theta_j}| <= max|h_{j+1} - h_j| * sum_j |S_j|
     with S_j = sum_{k<j} e^{i r theta_k}; the curve is (1 / (d/2)) sum_{j=1}^{d/2} |S_j| at
-    relative distance r, normalised to 1 at r = 0."""
+    relative distance r, normalised to 1 at r = 0. inv_freq: the theta_j (RoPE.inv_freq)."""
     r = torch.arange(max_distance + 1, dtype=torch.float64)
-    angles = r[:, None] * rope_inv_freq(head_dim, base)[None, :]
+    angles = r[:, None] * inv_freq[None, :]
     partial = torch.polar(torch.ones_like(angles), angles).cumsum(dim=1).abs()   # |S_1| .. |S_{d/2}|
     bound = partial.mean(dim=1)
     return (bound / bound[0]).tolist()
+
+
+def rope_base_lower_bound(head_dim, context, per_decade=100, max_base=1e12):
+    """Men et al. 2024 ("Base of RoPE Bounds Context Length"): a model can still attend more to a
+    similar key far away only while B(m) = sum_i cos(m theta_i) >= 0 for every distance m up to
+    the context. The smallest base on a log grid (per_decade points per factor 10) for which it
+    holds at all m in [0, context]; None if none up to max_base."""
+    m = torch.arange(context + 1, dtype=torch.float64)[:, None]
+    for base in np.logspace(0.1, math.log10(max_base), int((math.log10(max_base) - 0.1) * per_decade) + 1):
+        if (torch.cos(m * rope_inv_freq(head_dim, float(base))[None, :]).sum(dim=1) >= 0).all():
+            return float(base)
+    return None
 
 
 def near_far(curve, length):
@@ -242,10 +256,13 @@ def plot_decay(path, decay, uniform, config, length):
            title=f"measured: {config.attention}, {config.pos_encoding}")
     ax.legend(fontsize=7)
     r = list(range(length))
-    rope_dim = config.rope_head_dim if config.attention == "mla" and config.rope_head_dim > 0 \
-        else config.n_embd // config.n_head
-    theory.plot(r, rope_relative_bound(rope_dim, config.rope_base, length - 1), "k",
-                label=f"RoPE relative upper bound (d={rope_dim}, base {config.rope_base:g})")
+    rope = RoPE.from_config(config)  # what this model's RoPE turns (or would), scaling and fraction included
+    head_dim = variant_class(config.attention).rope_dim(config) or config.n_embd // config.n_head
+    rope_dim = rope.rotated_dims(head_dim)
+    if rope_dim:
+        theory.plot(r, rope_relative_bound(rope.inv_freq(head_dim), length - 1), "k",
+                    label=f"RoPE relative upper bound (d={rope_dim}, base {config.rope_base:g}, "
+                          f"scaling {config.rope_scaling})")
     for h, m in enumerate(alibi_slopes(config.n_head).tolist()):
         theory.plot(r, np.exp(-m * np.array(r)), alpha=0.6, label=f"ALiBi exp(-m d), m={m:.3g}" if h < 4 else None)
     theory.set(yscale="log", ylim=(1e-3, 1.5), xlabel="relative distance",

@@ -3,13 +3,15 @@
     python -m tools.eval sweeps/pos/alibi-s1 sweeps/cpu/mha-s1 --lengths=64,128,256,512,1024 --json eval.json
 
 For each run and each length L, the loss over the whole validation split (--split=test: the
-held-out test split, from prepare.py --test_fraction) cut into
-non-overlapping windows of L tokens (each token predicts the next; batched, with a progress
-bar). A markdown table (runs x lengths) goes to stdout and the curves (loss against context
-length, log x) to --plot. Lengths a run cannot take (learned positions or BigBird beyond
-block_size) are n/a with the reason; if no requested length is possible for any run, it
-exits 2 with one line. --json writes a list of {"run", "attention", "pos_encoding",
-"block_size", "length", "val_loss"} (val_loss null where n/a; "test_loss" with --split=test).
+held-out test split, from prepare.py --test_fraction) cut into non-overlapping windows of L
+tokens (each token predicts the next; batched, with a progress bar). A markdown table (runs x
+lengths) goes to stdout and the curves (loss against context length, log x) to --plot.
+--rope_scaling=none,pi,ntk,yarn --rope_factor=4 evaluates each RoPE run once per scaling (a row
+each, "run [yarn x4]"): a trained model stretched without retraining. Lengths a run cannot take
+(learned positions or BigBird beyond block_size) are n/a with the reason; if no requested
+length is possible for any run, it exits 2 with one line. --json writes a list of {"run",
+"attention", "pos_encoding", "rope_scaling", "rope_factor", "block_size", "length", "val_loss"}
+(val_loss null where n/a; "test_loss" with --split=test).
 """
 import json
 import os
@@ -21,7 +23,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from configurator import OneLineParser, fail
-from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
+from trainer.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    model_config_from_checkpoint,
+    model_from_checkpoint,
+    run_checkpoint_path,
+)
 
 
 def parse_lengths(text):
@@ -84,20 +92,44 @@ def run_labels(run_dirs):
             for d, n in zip(run_dirs, names)]
 
 
+def rope_overrides(args):
+    """The RoPE settings to evaluate with, one dict per --rope_scaling value ({} = as trained)."""
+    if args.rope_scaling is None:
+        return [{}]
+    extra = {k: getattr(args, k) for k in ("rope_factor", "rope_beta_fast", "rope_beta_slow", "rope_attn_factor")
+             if getattr(args, k) is not None}
+    out = []
+    for scaling in dict.fromkeys(v.strip() for v in args.rope_scaling.split(",") if v.strip()):
+        out.append({"rope_scaling": scaling, **({**extra, "rope_factor": 1.0} if scaling == "none" else extra)})
+    return out
+
+
 def evaluate_run(run_dir, name, lengths, args, device):
-    """Rows of one run (loss None and a 'why' where the length is not possible)."""
-    model, ckpt = load_model(run_checkpoint_path(run_dir, args.ckpt), device)
+    """Rows of one run (loss None and a 'why' where the length is not possible), per RoPE setting."""
+    path = run_checkpoint_path(run_dir, args.ckpt)
+    ckpt = load_checkpoint(path, device)
     tokens = split_tokens(ckpt, run_dir, args.data_dir, args.split)
     if args.max_tokens:
         tokens = tokens[:args.max_tokens]
-    config = model.config
+    trained = model_config_from_checkpoint(ckpt, path)
+    # a scaling applies to RoPE runs only; the others are evaluated once, as trained
+    settings = rope_overrides(args) if trained.pos_encoding == "rope" else [{}]
     rows = []
-    for length in lengths:
-        reason = why_not(model, length, len(tokens))
-        loss = None if reason else window_loss(model, tokens, length, args.batch_size, device, f"{name} L={length}")
-        rows.append({"run": name, "attention": config.attention, "pos_encoding": config.pos_encoding,
-                     "block_size": config.block_size, "length": length, "loss": loss, "why": reason})
+    for change in settings:
+        model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **change), path, device)
+        config, label = model.config, name + (f" [{scaling_label(model.config)}]" if change else "")
+        for length in lengths:
+            reason = why_not(model, length, len(tokens))
+            loss = None if reason else window_loss(model, tokens, length, args.batch_size, device,
+                                                   f"{label} L={length}")
+            rows.append({"run": label, "attention": config.attention, "pos_encoding": config.pos_encoding,
+                         "rope_scaling": config.rope_scaling, "rope_factor": config.rope_factor,
+                         "block_size": config.block_size, "length": length, "loss": loss, "why": reason})
     return rows
+
+
+def scaling_label(config):
+    return "none" if config.rope_scaling == "none" else f"{config.rope_scaling} x{config.rope_factor:g}"
 
 
 def markdown_table(rows, lengths):
@@ -150,7 +182,16 @@ def main(argv=None):
     ap.add_argument("--data_dir", help="folder holding <dataset>/val.bin (default: the run's data_dir)")
     ap.add_argument("--max_tokens", type=int, help="evaluate only the first N tokens of the split")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--rope_scaling", help="RoPE runs: evaluate with these scalings instead of the trained one, "
+                    "comma-separated from none, pi, ntk, yarn (one row each); no retraining")
+    ap.add_argument("--rope_factor", type=float, help="with --rope_scaling: the extension factor (e.g. 4)")
+    ap.add_argument("--rope_beta_fast", type=float, help="yarn: see model.py (default 32)")
+    ap.add_argument("--rope_beta_slow", type=float, help="yarn: see model.py (default 1)")
+    ap.add_argument("--rope_attn_factor", type=float, help="yarn: cos/sin multiplier (default 0.1 ln(factor) + 1)")
     args = ap.parse_args(argv)
+    if args.rope_scaling is None and any(getattr(args, k) is not None for k in
+                                         ("rope_factor", "rope_beta_fast", "rope_beta_slow", "rope_attn_factor")):
+        fail("--rope_factor and the yarn flags go with --rope_scaling=pi|ntk|yarn; add it")
     try:
         lengths = parse_lengths(args.lengths)
     except ValueError as e:

@@ -119,6 +119,11 @@ def model_from_checkpoint(ckpt, config, path="checkpoint", device="cpu"):
     return model.eval().to(device)
 
 
+def is_run_folder(path) -> bool:
+    """A folder train.py wrote (init_from=PATH fine-tunes it), as opposed to a GPT-2 folder."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "ckpt.pt"))
+
+
 def run_checkpoint_path(out_dir, which="best"):
     """out_dir/best.pt or ckpt.pt: which='last' is ckpt.pt, 'best' is best.pt when it exists."""
     if which not in ("best", "last"):

@@ -28,7 +28,9 @@ class TrainConfig:
     eval_only: bool = False       # evaluate the checkpoint once and stop (needs init_from=resume)
     always_save_checkpoint: bool = True  # False: write ckpt.pt only when val loss improves (nanoGPT's key)
     init_from: str = "scratch"    # scratch | resume (from out_dir/ckpt.pt) | gpt2 | gpt2-medium | gpt2-large |
-                                  # gpt2-xl | a folder with GPT-2's config.json + model.safetensors
+                                  # gpt2-xl | a folder with GPT-2's config.json + model.safetensors | a run's
+                                  # out_dir (holding ckpt.pt): fine-tune its weights from iteration 0 with a new
+                                  # optimizer; block_size and the RoPE scaling keys may change (FINETUNE_MAY_CHANGE)
     overwrite: bool = False       # True: a run not resumed may replace the checkpoints and log of a run already
                                   # in out_dir (without it, train.py refuses such a folder)
     # wandb
@@ -70,6 +72,10 @@ MODEL_KEYS = {f.name: f.type for f in fields(GPTConfig) if f.name != "vocab_size
 TRAIN_KEYS = {f.name: f.type for f in fields(TrainConfig)}
 # keys a resumed run may change; every other model key must match the checkpoint
 RESUME_MAY_CHANGE = ("attn_impl", "dropout")
+# keys a fine-tune from a run's folder may change: a longer context with its RoPE stretched, as in
+# position interpolation and YaRN; every other model key comes from the run's checkpoint
+FINETUNE_MAY_CHANGE = (*RESUME_MAY_CHANGE, "block_size", "rope_scaling", "rope_factor", "rope_original_context",
+                       "rope_beta_fast", "rope_beta_slow", "rope_attn_factor")
 
 
 def parse_keys(argv, explicit: set | None = None) -> dict:
@@ -102,7 +108,10 @@ def check_train_values(tc: TrainConfig):
         raise ConfigError(f"dtype={tc.dtype!r}; choose auto, float32, bfloat16 or float16")
     if tc.init_from not in ("scratch", "resume", *PRETRAINED) and not os.path.isdir(tc.init_from):
         raise ConfigError(f"init_from={tc.init_from!r}; choose scratch, resume, {', '.join(PRETRAINED)} or a folder "
-                          "holding a GPT-2 config.json and model.safetensors")
+                          "(a run's out_dir holding ckpt.pt, or GPT-2's config.json and model.safetensors)")
+    if os.path.isdir(tc.init_from) and os.path.realpath(tc.init_from) == os.path.realpath(tc.out_dir):
+        raise ConfigError(f"init_from and out_dir are the same folder {tc.out_dir}; fine-tune into another "
+                          "--out_dir (or continue that run with --init_from=resume)")
     if tc.eval_only and tc.init_from == "scratch":
         raise ConfigError("eval_only=True evaluates a trained model: add --init_from=resume (reads out_dir/ckpt.pt) "
                           "or a pretrained init_from such as gpt2")

@@ -1,0 +1,3 @@
+# The RoPE base study (docs/rope.md): config/mha.py at rope_base = 10.
+include("../mha.py")
+rope_base = 10.0
