@@ -59,8 +59,8 @@ def parse_args(argv=None):
         ap.error("--threads must be at least 0 (0 = choose from the free cores)")
     if args.num_samples < 1 or args.max_new_tokens < 1:
         ap.error("--num_samples and --max_new_tokens must be at least 1")
-    if args.temperature < 0 or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_context < 0:
-        ap.error("need --temperature >= 0, 0 < --top_p <= 1, --top_k >= 0, --max_context >= 0")
+    if not 0 <= args.temperature < float("inf") or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_context < 0:
+        ap.error("need a finite --temperature >= 0, 0 < --top_p <= 1, --top_k >= 0, --max_context >= 0")
     if not args.init_from and any(v is not None for v in (args.attention, args.n_kv_head, args.kv_lora_rank)):
         ap.error("--attention, --n_kv_head and --kv_lora_rank convert pretrained weights; use them with --init_from")
     return args

@@ -53,6 +53,7 @@ from trainer.settings import (
     TRAIN_KEYS,
     TrainConfig,
     check_data,
+    check_fits_in_memory,
     check_train_values,
     dataset_identity,
     parse_keys,
@@ -96,6 +97,7 @@ def load_settings(argv):
         if gptconf.vocab_size != meta["vocab_size"]:
             raise ConfigError(f"init_from={tc.init_from} has vocab_size={gptconf.vocab_size} but dataset "
                               f"{tc.dataset!r} has {meta['vocab_size']}; use a GPT-2 BPE dataset such as shakespeare")
+    check_fits_in_memory(gptconf, tc)
     check_token_files(os.path.join(tc.data_dir, tc.dataset), meta, gptconf.block_size)
     check_out_dir_holds_no_run(tc)
     try:
@@ -137,6 +139,12 @@ def read_resume_checkpoint(tc, gptconf, explicit):
     if saved.vocab_size != gptconf.vocab_size:
         raise ConfigError(f"resume: {path} has vocab_size={saved.vocab_size} but dataset {tc.dataset!r} has "
                           f"{gptconf.vocab_size}; resume on the dataset it was trained on")
+    was = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
+    changed = [f"{k}={getattr(tc, k)} (checkpoint: {was[k]})" for k in ("seed", "batch_size",
+               "gradient_accumulation_steps") if k in was and k in TRAIN_KEYS and was[k] != getattr(tc, k)]
+    if changed and int(os.environ.get("RANK", 0)) == 0:  # allowed, but not the run an uninterrupted one would be
+        print(f"note: resuming with {', '.join(changed)}: from here the batches differ from the run's own",
+              file=sys.stderr)
     return ckpt, saved
 
 

@@ -67,6 +67,8 @@ def scan_text_files(files, want_chars):
                     if not block:
                         break
                     total += len(block)
+                    if "\x00" in block:  # valid UTF-8, but no text has NUL bytes: a binary file
+                        raise InputError(f"{path} holds NUL bytes (a binary file, not text); pass text files")
                     if want_chars:
                         chars.update(block)
         except UnicodeDecodeError as e:

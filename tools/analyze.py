@@ -47,6 +47,7 @@ from attention.record import record_attention
 from configurator import OneLineParser, fail
 from tokenizer import TokenizerError, load_tokenizer
 from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
+from trainer.settings import resolve_device
 
 NEAR = 4  # distances 1..NEAR count as "near" in the decay summary
 
@@ -75,7 +76,7 @@ def load_inputs(args):
     if not os.path.isdir(args.run_dir):
         fail(f"{args.run_dir} is not a folder; pass a train.py out_dir (python -m tools.analyze out-gqa)")
     try:
-        model, ckpt = load_model(run_checkpoint_path(args.run_dir, args.ckpt), args.device,
+        model, ckpt = load_model(run_checkpoint_path(args.run_dir, args.ckpt), resolve_device(args.device),
                                  attn_impl="naive", mla_decode="expanded")
         if "meta" not in ckpt or "config" not in ckpt:
             raise CheckpointError(f"{args.run_dir}: the checkpoint lacks meta or config; "

@@ -26,10 +26,10 @@ import sys
 
 import torch
 
-from configurator import ConfigError, fail
+from configurator import ConfigError, OneLineParser, fail
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import median_ms
-from trainer.settings import MODEL_KEYS, parse_keys
+from trainer.settings import MODEL_KEYS, parse_keys, resolve_device
 
 
 def cache_bytes(model, length, dtype):
@@ -122,7 +122,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if any(a == "--suite" or a.startswith("--suite=") for a in argv):
         return run_suite(argv)
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    ap = OneLineParser(prog="python -m tools.bench", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="suites:\n" + "\n".join(f"  {k:13s} {v}" for k, v in SUITES.items()))
     ap.add_argument("--suite", help="run a suite of tools/benchmarks/ instead (listed below)")
     ap.add_argument("configs", nargs="*", help="config files (default: every variant in config/)")
@@ -140,7 +141,13 @@ def main(argv=None):
     for p in configs:
         if not os.path.isfile(p):
             fail(f"config file {p} not found")
-    device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    for flag in ("context", "decode_tokens", "repeats", "vocab_size"):
+        if getattr(args, flag) < 1:
+            fail(f"--{flag}={getattr(args, flag)} must be at least 1")
+    try:
+        device = torch.device(resolve_device(args.device))
+    except ConfigError as e:
+        fail(str(e))
     rows = []
     for path in configs:
         try:

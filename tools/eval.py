@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from configurator import OneLineParser, fail
+from configurator import ConfigError, OneLineParser, fail
 from trainer.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -30,6 +30,7 @@ from trainer.checkpoint import (
     model_from_checkpoint,
     run_checkpoint_path,
 )
+from trainer.settings import resolve_device
 
 
 def parse_lengths(text):
@@ -198,12 +199,14 @@ def main(argv=None):
         fail(str(e))
     if args.batch_size < 1:
         fail(f"--batch_size={args.batch_size} must be at least 1")
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.max_tokens is not None and args.max_tokens < 2:
+        fail(f"--max_tokens={args.max_tokens} must be at least 2 (a window needs a token and its next)")
     rows = []
     try:
+        device = resolve_device(args.device)
         for run_dir, name in zip(args.runs, run_labels(args.runs)):
             rows += evaluate_run(run_dir, name, lengths, args, device)
-    except CheckpointError as e:
+    except (CheckpointError, ConfigError) as e:
         fail(str(e))
     if all(r["loss"] is None for r in rows):
         reasons = "; ".join(dict.fromkeys(f"{r['run']}: {r['why']}" for r in rows))

@@ -82,6 +82,8 @@ def parse_options(flags):
     seeds = parse_numbers("seeds", flags["seeds"], int) if "seeds" in flags else DEFAULT_SEEDS
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"--seeds lists a seed twice ({seeds})")
+    if not all(0 <= seed < 2**32 for seed in seeds):   # train.py's range, checked before the first run
+        raise ConfigError(f"--seeds={','.join(map(str, seeds))}: every seed must be in [0, 2**32)")
     if not flags.get("out"):
         raise ConfigError("--out is missing; e.g. --out=sweeps/NAME (run folders and the report go there)")
     try:

@@ -18,18 +18,28 @@ from configurator import ConfigError
 EVAL_SEED = 1_000_003  # the evaluation windows' draw: one set for every run, not per training seed
 
 
+ID_SAMPLE = 1 << 20   # token ids read per split to check them against vocab_size (all of a small file)
+
+
 def check_token_files(data_dir, meta, block_size):
-    """Both splits hold whole tokens of meta's dtype, and more than block_size of them."""
-    itemsize = np.dtype(meta.get("dtype", "uint16")).itemsize
+    """Both splits hold whole tokens of meta's dtype, more than block_size of them, and ids below
+    vocab_size (all ids of a file up to ID_SAMPLE tokens, an evenly strided sample of a larger one:
+    a few ms, so a meta.json that lies fails here and not mid-run)."""
+    dtype = np.dtype(meta.get("dtype", "uint16"))
     for split in ("train", "val"):
         path = os.path.join(data_dir, f"{split}.bin")
         size = os.path.getsize(path)
-        if size % itemsize:
-            raise ConfigError(f"{path} is {size} bytes, not a whole number of {meta.get('dtype', 'uint16')} tokens "
+        if size % dtype.itemsize:
+            raise ConfigError(f"{path} is {size} bytes, not a whole number of {dtype.name} tokens "
                               "(meta.json); re-run the prepare script")
-        if size // itemsize <= block_size:
-            raise ConfigError(f"{path} holds {size // itemsize} tokens, not more than block_size={block_size}; "
+        if size // dtype.itemsize <= block_size:
+            raise ConfigError(f"{path} holds {size // dtype.itemsize} tokens, not more than block_size={block_size}; "
                               "lower block_size")
+        tokens = np.memmap(path, dtype=dtype, mode="r")
+        top = int(tokens[::max(1, len(tokens) // ID_SAMPLE)].max())
+        if top >= meta["vocab_size"]:
+            raise ConfigError(f"{path} holds token id {top} but meta.json says vocab_size={meta['vocab_size']}; "
+                              "re-run the prepare script (the two files are from different runs of it)")
 
 
 class Batches:

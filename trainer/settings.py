@@ -97,6 +97,12 @@ def check_train_values(tc: TrainConfig):
         value = getattr(tc, key)
         if not value >= 0 or value == float("inf"):  # also catches nan
             raise ConfigError(f"{key}={value} must be a finite number >= 0")
+    if tc.decay_lr and tc.min_lr > tc.learning_rate:  # the cosine "decay" would raise the rate
+        raise ConfigError(f"min_lr={tc.min_lr} is above learning_rate={tc.learning_rate}; the schedule decays "
+                          "from learning_rate to min_lr: lower min_lr (e.g. learning_rate / 10)")
+    if tc.learning_rate * tc.weight_decay >= 1:  # AdamW multiplies weights by 1 - lr * wd each step
+        raise ConfigError(f"learning_rate * weight_decay = {tc.learning_rate * tc.weight_decay:g} >= 1 would zero "
+                          f"or flip the weights every step; use weight_decay below {1 / tc.learning_rate:g} (e.g. 0.1)")
     for key in ("beta1", "beta2"):
         if not 0.0 <= getattr(tc, key) < 1.0:
             raise ConfigError(f"{key}={getattr(tc, key)} must be in [0, 1) (AdamW's moment decay)")
@@ -135,6 +141,28 @@ def resolve_device(name: str) -> str:
     if match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
         raise ConfigError(f"device={name} but only {torch.cuda.device_count()} CUDA device(s) are visible")
     return name
+
+
+def memory_bytes(device: str) -> int:
+    """The memory a run on device can use at most: the GPU's, or this machine's RAM."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits_in_memory(gptconf, tc) -> None:
+    """Refuse, before building anything, a run whose lower bound of memory exceeds the device's:
+    16 bytes per weight (fp32 weights, gradients, Adam's two moments) for the projections every
+    variant has (q and output 2C^2, the MLP 2C*hidden per layer; the tied embedding V*C), plus the
+    logits and their gradient (B*T*V fp32, twice). A bound, so a refusal is never wrong."""
+    C, hidden = gptconf.n_embd, gptconf.mlp_hidden or 4 * gptconf.n_embd
+    params = gptconf.n_layer * (2 * C * C + 2 * C * hidden) + gptconf.vocab_size * C
+    need = 16 * params + 2 * 4 * tc.batch_size * gptconf.block_size * gptconf.vocab_size
+    have = memory_bytes(tc.device)
+    if need > have:
+        raise ConfigError(f"this run does not fit in memory: at least {need / 2**30:,.1f} GiB needed ({params:,} "
+                          f"weights x 16 bytes + the logits of batch_size={tc.batch_size}), {have / 2**30:,.1f} GiB "
+                          f"on {tc.device}; lower n_layer, n_embd or batch_size")
 
 
 def resolve_dtype(name: str, device: str) -> str:

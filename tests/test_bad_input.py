@@ -1,0 +1,71 @@
+"""Bad input through the command line, as a user types it: exit 2, at most 3 lines, no
+traceback, a line naming the problem, before any work (no run folder made)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT
+
+BASE = "config/base_shakespeare_char.py"
+
+# (script and flags, words the one line must hold); {data} and {tmp} are filled per test
+TABLE = [
+    (["train.py", BASE, "--min_lr=1"], "min_lr=1.0 is above learning_rate"),
+    (["train.py", BASE, "--weight_decay=1e40"], "learning_rate * weight_decay"),
+    (["train.py", BASE, "--n_layer=1000000"], "does not fit in memory"),
+    (["train.py", BASE, "--batch_size=10000000"], "does not fit in memory"),
+    (["train.py", BASE, "--rope_base=0"], "rope_base=0.0 must be"),
+    (["train.py", BASE, "--rope_scaling=linear"], "unknown rope_scaling"),
+    (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=4", "--rope_beta_fast=1"], "rope_beta_fast=1.0"),
+    (["train.py", BASE, "--rope_fraction=2"], "rope_fraction=2.0 must be in [0, 1]"),
+    (["train.py", BASE, "--pos_encoding=alibi", "--rope_factor=2"], "needs pos_encoding=rope"),
+    (["sample.py", "--out_dir={tmp}", "--temperature=inf"], "finite --temperature"),
+    (["sample.py", "--out_dir={tmp}", "--temperature=nan"], "finite --temperature"),
+    (["-m", "tools.eval", "{tmp}", "--max_tokens=0"], "--max_tokens=0 must be at least 2"),
+    (["-m", "tools.eval", "{tmp}", "--max_tokens=-100"], "--max_tokens=-100"),
+    (["-m", "tools.eval", "{tmp}", "--device=foo"], "device='foo'"),
+    (["-m", "tools.eval", "{tmp}", "--rope_factor=4"], "go with --rope_scaling"),
+    (["-m", "tools.analyze", "{tmp}", "--device=cuda:7"], "device=cuda:7"),
+    (["-m", "tools.bench", BASE, "--decode_tokens=0"], "--decode_tokens=0 must be at least 1"),
+    (["-m", "tools.bench", BASE, "--repeats=0"], "--repeats=0 must be at least 1"),
+    (["-m", "tools.bench", BASE, "--device=foo"], "device='foo'"),
+    (["-m", "tools.sweep", BASE, "--seeds=1,-1", "--out={tmp}/sweep"], "every seed must be in [0, 2**32)"),
+]
+
+
+@pytest.mark.parametrize("argv,words", TABLE, ids=[" ".join(a[1:] if a[0] == "-m" else a)[:60] for a, _ in TABLE])
+def test_bad_input_is_one_line_and_exit_2(argv, words, data_root, tmp_path):
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    if argv[0] == "train.py":
+        argv += [f"--data_dir={data_root}", f"--out_dir={tmp_path}/run", "--device=cpu"]
+    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and 1 <= len(lines) <= 3 and "Traceback" not in r.stderr, r.stderr
+    assert words in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+def test_token_ids_beyond_vocab_size_are_refused_before_training(data_root, tmp_path):
+    """A meta.json that lies (fewer characters than the ids in the .bin files)."""
+    data = tmp_path / "data" / "shakespeare_char"
+    shutil.copytree(os.path.join(data_root, "shakespeare_char"), data)
+    meta = json.loads((data / "meta.json").read_text())
+    meta["vocab_size"], meta["chars"] = 40, meta["chars"][:40]
+    (data / "meta.json").write_text(json.dumps(meta))
+    r = subprocess.run([sys.executable, "train.py", BASE, f"--data_dir={tmp_path / 'data'}", "--device=cpu",
+                        f"--out_dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "token id" in r.stderr and "vocab_size=40" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_binary_file_is_not_a_corpus(tmp_path):
+    (tmp_path / "zeros.txt").write_bytes(b"\x00" * 100_000)
+    r = subprocess.run([sys.executable, "data/shakespeare_char/prepare.py", f"--input={tmp_path / 'zeros.txt'}",
+                        f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "NUL bytes" in r.stderr and not (tmp_path / "out" / "train.bin").exists()
