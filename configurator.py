@@ -1,9 +1,11 @@
 """nanoGPT-style configuration: python train.py config/x.py --key=value ...
 
 A config file is Python that assigns keys as globals (and may `include("base.py")`, a
-path relative to the including file). `--key=value` overrides come after; values are
-parsed as Python literals and checked against the key's declared type. Any problem is
-raised as ConfigError with a one-line message; the scripts print it and exit 2.
+path relative to the including file). It runs as Python, with your permissions, before
+anything else is checked: never load a config file from a source you do not trust.
+`--key=value` overrides come after; values are parsed as Python literals and checked
+against the key's declared type. Any problem is raised as ConfigError with a one-line
+message; the scripts print it and exit 2.
 """
 import argparse
 import ast
@@ -22,6 +24,25 @@ def fail(msg):
     sys.exit(2)
 
 
+def check_output(path, flag, folder=False):
+    """Before any work: an output file's folder exists and is writable (folder=True: the output is
+    a folder, made if missing, so its nearest existing ancestor must be writable). One line, exit 2."""
+    if path is None:
+        return
+    target = os.path.abspath(path)
+    if folder and os.path.exists(target) and not os.path.isdir(target):
+        fail(f"{flag}={path} is a file, not a folder; pick a folder for the outputs")
+    if not folder and os.path.isdir(target):
+        fail(f"{flag}={path} is a folder; give a file name, e.g. {os.path.join(path, 'out.json')}")
+    parent = target if folder else os.path.dirname(target)
+    while folder and not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        fail(f"{flag}={path}: the folder {os.path.dirname(target)} does not exist; create it or pick another path")
+    if not os.access(parent, os.W_OK):
+        fail(f"{flag}={path}: {parent} is not writable; pick another path")
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are one line and exit status 2 (argparse prints the usage first)."""
 
@@ -31,7 +52,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _check_type(key, value, typ, raw):
     if typ is str:
-        return raw if isinstance(raw, str) and not isinstance(value, str) else value
+        value = raw if isinstance(raw, str) and not isinstance(value, str) else value
+        if not isinstance(value, str):  # e.g. out_dir = 5 in a config file
+            raise ConfigError(f"{key}={raw!r} has the wrong type: expected str, got {type(value).__name__}")
+        return value
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
@@ -52,14 +76,25 @@ def _exec_config_file(path, namespace):
         _exec_config_file(os.path.join(base, rel), namespace)
         namespace["include"] = include
     namespace["include"] = include
-    with open(path) as f:
-        source = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at {e.start}); "
+                          "save it as UTF-8") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path} ({e.strerror})") from None
     try:
         code = compile(source, path, "exec")
-    except SyntaxError as e:
-        raise ConfigError(f"{path}, line {e.lineno}: syntax error: {e.msg}") from None
+    except (SyntaxError, ValueError) as e:  # ValueError: NUL bytes
+        raise ConfigError(f"{path}, line {getattr(e, 'lineno', '?')}: cannot compile it: {getattr(e, 'msg', e)}") \
+            from None
     try:
-        exec(code, namespace)
+        exec(code, namespace)  # config files are Python: they run as the user who runs the command
+    except SystemExit as e:
+        raise ConfigError(f"{path} called sys.exit({e.code!r}); a config file only assigns keys") from None
+    except KeyboardInterrupt:
+        raise ConfigError(f"{path} raised KeyboardInterrupt while it ran; nothing was started") from None
     except Exception as e:  # a user's config file: report it in one line
         raise ConfigError(f"{path}: {type(e).__name__}: {e}") from None
 

@@ -59,6 +59,8 @@ def parse_args(argv=None):
         ap.error("--threads must be at least 0 (0 = choose from the free cores)")
     if args.num_samples < 1 or args.max_new_tokens < 1:
         ap.error("--num_samples and --max_new_tokens must be at least 1")
+    if not 0 <= args.seed < 2**63:  # torch.Generator.manual_seed's range
+        ap.error(f"--seed={args.seed} must be in [0, 2**63)")
     if not 0 <= args.temperature < float("inf") or not 0 < args.top_p <= 1 or args.top_k < 0 or args.max_context < 0:
         ap.error("need a finite --temperature >= 0, 0 < --top_p <= 1, --top_k >= 0, --max_context >= 0")
     if not args.init_from and any(v is not None for v in (args.attention, args.n_kv_head, args.kv_lora_rank)):
@@ -83,10 +85,20 @@ def read_prompt(start):
     """--start as text, or FILE:path; one-line error when missing or empty."""
     if start.startswith("FILE:"):
         path = start[5:]
-        if not os.path.isfile(path):
-            fail(f"prompt file {path} not found")
-        with open(path, encoding="utf-8") as f:
-            start = f.read()
+        if os.path.isdir(path):
+            fail(f"prompt file {path} is a folder; give a text file")
+        if not os.path.isfile(path):  # /dev/zero and other devices too: only a regular file is read
+            fail(f"prompt file {path} not found" if not os.path.exists(path) else
+                 f"prompt file {path} is not a regular file; give a text file")
+        try:
+            with open(path, encoding="utf-8") as f:
+                start = f.read()
+        except UnicodeDecodeError as e:
+            fail(f"prompt file {path} is not UTF-8 text (byte {e.object[e.start]:#04x}); convert it to UTF-8")
+        except OSError as e:
+            fail(f"cannot read prompt file {path} ({e.strerror})")
+        if "\x00" in start:
+            fail(f"prompt file {path} holds NUL bytes (a binary file); give a text file")
     if not start:
         fail("the prompt is empty; pass --start with at least one token")
     return start
@@ -127,11 +139,11 @@ def stream_sample(model, tokenizer, x, args, generator):
 
 def main(argv=None):
     args = parse_args(argv)
+    start = read_prompt(args.start)
     ckpt_path = run_checkpoint_path(args.out_dir, args.ckpt)
     if not args.init_from and not os.path.exists(ckpt_path):
         fail(f"{ckpt_path} not found; pass the out_dir you trained into (python train.py config/gqa.py "
              f"writes out-gqa: --out_dir=out-gqa)")
-    start = read_prompt(args.start)
     try:  # every problem with the device, checkpoint, prompt or flags: one line, before any work
         device = resolve_device(args.device)
         model, tokenizer = load_for_sampling(args, ckpt_path, device)

@@ -55,6 +55,7 @@ from trainer.settings import (
     check_data,
     check_fits_in_memory,
     check_train_values,
+    check_wandb_ready,
     dataset_identity,
     parse_keys,
     resolve_device,
@@ -98,6 +99,7 @@ def load_settings(argv):
             raise ConfigError(f"init_from={tc.init_from} has vocab_size={gptconf.vocab_size} but dataset "
                               f"{tc.dataset!r} has {meta['vocab_size']}; use a GPT-2 BPE dataset such as shakespeare")
     check_fits_in_memory(gptconf, tc)
+    check_wandb_ready(tc)
     check_token_files(os.path.join(tc.data_dir, tc.dataset), meta, gptconf.block_size)
     check_out_dir_holds_no_run(tc)
     try:

@@ -23,6 +23,11 @@ TABLE = [
     (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=4", "--rope_beta_fast=1"], "rope_beta_fast=1.0"),
     (["train.py", BASE, "--rope_fraction=2"], "rope_fraction=2.0 must be in [0, 1]"),
     (["train.py", BASE, "--pos_encoding=alibi", "--rope_factor=2"], "needs pos_encoding=rope"),
+    (["train.py", BASE, "--wandb_log=True"], "wandb_log=True"),
+    (["train.py", "{tmp}/notutf8.py"], "is not UTF-8 text"),
+    (["train.py", "{tmp}/exits.py"], "called sys.exit(5)"),
+    (["train.py", "{tmp}/interrupts.py"], "KeyboardInterrupt"),
+    (["train.py", "{tmp}/intdir.py"], "out_dir=5 has the wrong type"),
     (["sample.py", "--out_dir={tmp}", "--temperature=inf"], "finite --temperature"),
     (["sample.py", "--out_dir={tmp}", "--temperature=nan"], "finite --temperature"),
     (["-m", "tools.eval", "{tmp}", "--max_tokens=0"], "--max_tokens=0 must be at least 2"),
@@ -34,15 +39,30 @@ TABLE = [
     (["-m", "tools.bench", BASE, "--repeats=0"], "--repeats=0 must be at least 1"),
     (["-m", "tools.bench", BASE, "--device=foo"], "device='foo'"),
     (["-m", "tools.sweep", BASE, "--seeds=1,-1", "--out={tmp}/sweep"], "every seed must be in [0, 2**32)"),
+    (["sample.py", "--out_dir={tmp}", "--seed=1180591620717411303424"], "--seed=1180591620717411303424"),
+    (["sample.py", "--out_dir={tmp}", "--start=FILE:{tmp}"], "is a folder"),
+    (["sample.py", "--out_dir={tmp}", "--start=FILE:/dev/zero"], "not a regular file"),
+    (["sample.py", "--out_dir={tmp}", "--start=FILE:{tmp}/notutf8.py"], "is not UTF-8 text"),
+    (["-m", "tools.analyze", "{tmp}", "--length=1"], "--length 0 (block_size) or at least 2"),
+    (["-m", "tools.eval", "{tmp}", "--json={tmp}/missing/e.json"], "does not exist"),
+    (["-m", "tools.eval", "{tmp}", "--plot={tmp}"], "is a folder"),
+    (["-m", "tools.compare", "{tmp}", "--out={tmp}/notutf8.py"], "is a file, not a folder"),
+    (["-m", "tools.bench", "--suite=mla", "--json={tmp}/missing/b.json"], "does not exist"),
 ]
+
+CONFIG_FILES = {"notutf8.py": b"out_dir = '\xff\xfe'\n", "exits.py": b"import sys\nsys.exit(5)\n",
+                "interrupts.py": b"raise KeyboardInterrupt\n", "intdir.py": b"out_dir = 5\n"}
 
 
 @pytest.mark.parametrize("argv,words", TABLE, ids=[" ".join(a[1:] if a[0] == "-m" else a)[:60] for a, _ in TABLE])
 def test_bad_input_is_one_line_and_exit_2(argv, words, data_root, tmp_path):
+    for name, content in CONFIG_FILES.items():
+        (tmp_path / name).write_bytes(content)
     argv = [a.format(tmp=tmp_path) for a in argv]
     if argv[0] == "train.py":
         argv += [f"--data_dir={data_root}", f"--out_dir={tmp_path}/run", "--device=cpu"]
-    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")} | {"HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and 1 <= len(lines) <= 3 and "Traceback" not in r.stderr, r.stderr
     assert words in r.stderr, r.stderr

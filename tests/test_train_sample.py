@@ -176,6 +176,7 @@ def test_one_metrics_dict_feeds_log_summary_and_wandb(data_root, tmp_path, monke
                                  log=lambda row, step: logged.append((step, dict(row))),
                                  summary=types.SimpleNamespace(update=summary_updates.update))
     monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no key here: train.py refuses without one or this
     out = tmp_path / "run"
     train.main(train_args(data_root, out, "--max_iters=20", "--eval_interval=10", "--wandb_log=True"))
     log = read_log(out)

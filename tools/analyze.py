@@ -44,7 +44,7 @@ import torch
 from attention import variant_class
 from attention.positional import RoPE, alibi_slopes, rope_inv_freq
 from attention.record import record_attention
-from configurator import OneLineParser, fail
+from configurator import OneLineParser, check_output, fail
 from tokenizer import TokenizerError, load_tokenizer
 from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
 from trainer.settings import resolve_device
@@ -65,8 +65,9 @@ def parse_args(argv=None):
     ap.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
-    if args.windows < 1 or args.length < 0:
-        ap.error("--windows must be at least 1 and --length at least 0")
+    if args.windows < 1 or args.length < 0 or args.length == 1:
+        ap.error("--windows must be at least 1 and --length 0 (block_size) or at least 2")
+    check_output(args.out, "--out", folder=True)
     return args
 
 

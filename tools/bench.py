@@ -26,7 +26,7 @@ import sys
 
 import torch
 
-from configurator import ConfigError, OneLineParser, fail
+from configurator import ConfigError, OneLineParser, check_output, fail
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import median_ms
 from trainer.settings import MODEL_KEYS, parse_keys, resolve_device
@@ -136,6 +136,7 @@ def main(argv=None):
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="--key=value",
                     help="override applied to every config, e.g. --set=--block_size=512")
     args = ap.parse_args(argv)
+    check_output(args.json, "--json")
     not_variants = ("base", "gpt2", "finetune", "uptrain")   # bases, GPT-2-sized and pretrained runs
     configs = args.configs or sorted(p for p in glob.glob("config/*.py") if not any(w in p for w in not_variants))
     for p in configs:

@@ -26,7 +26,7 @@ import re
 import statistics
 import sys
 
-from configurator import OneLineParser, fail
+from configurator import OneLineParser, check_output, fail
 from tools import stats
 from trainer.rundir import RunError, load_run, settings_differ
 
@@ -322,6 +322,7 @@ def main(argv=None):
     ap.add_argument("--allow_mixed", action="store_true",
                     help="group runs of one name even when their settings differ beyond the seed")
     args = ap.parse_args(argv)
+    check_output(args.out, "--out", folder=True)
     try:
         text = write_report(args.runs, args.out, args.metric, args.margin, args.plan, args.allow_mixed)
     except RunError as e:

@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from configurator import fail
+from configurator import check_output, fail
 
 SHIFT_FLOOR = 1e-9  # exact zeros drawn here on the log axis
 
@@ -41,6 +41,7 @@ def main(argv=None):
     ap.add_argument("folders", nargs="+", metavar="DIR", help="analyze.py output folders")
     ap.add_argument("--out", default="positions.png")
     args = ap.parse_args(argv)
+    check_output(args.out, "--out")
     results = [load(folder) for folder in args.folders]
 
     import matplotlib

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from configurator import ConfigError, OneLineParser, fail
+from configurator import ConfigError, OneLineParser, check_output, fail
 from trainer.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -190,6 +190,8 @@ def main(argv=None):
     ap.add_argument("--rope_beta_slow", type=float, help="yarn: see model.py (default 1)")
     ap.add_argument("--rope_attn_factor", type=float, help="yarn: cos/sin multiplier (default 0.1 ln(factor) + 1)")
     args = ap.parse_args(argv)
+    check_output(args.json, "--json")
+    check_output(args.plot, "--plot")
     if args.rope_scaling is None and any(getattr(args, k) is not None for k in
                                          ("rope_factor", "rope_beta_fast", "rope_beta_slow", "rope_attn_factor")):
         fail("--rope_factor and the yarn flags go with --rope_scaling=pi|ntk|yarn; add it")

@@ -143,6 +143,24 @@ def resolve_device(name: str) -> str:
     return name
 
 
+def check_wandb_ready(tc) -> None:
+    """wandb_log=True needs wandb and a key (or an offline mode) before any work: wandb.init would
+    otherwise stop a started run for an interactive login."""
+    if not tc.wandb_log:
+        return
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise ConfigError("wandb_log=True but wandb is not installed; pip install wandb") from None
+    if os.environ.get("WANDB_MODE", "") in ("offline", "disabled", "dryrun") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = os.path.expanduser("~/.netrc")
+    if os.path.isfile(netrc) and "api.wandb.ai" in open(netrc, errors="replace").read():
+        return
+    raise ConfigError("wandb_log=True but no wandb API key is set here; run `wandb login` (or set WANDB_API_KEY), "
+                      "or log locally with WANDB_MODE=offline")
+
+
 def memory_bytes(device: str) -> int:
     """The memory a run on device can use at most: the GPU's, or this machine's RAM."""
     if device.startswith("cuda"):

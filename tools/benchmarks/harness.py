@@ -15,10 +15,22 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from configurator import OneLineParser, check_output
+
+
+class SuiteParser(OneLineParser):
+    """One-line errors, and --json / --out checked writable before the suite runs."""
+
+    def parse_args(self, *args, **kwargs):
+        parsed = super().parse_args(*args, **kwargs)
+        check_output(parsed.json, "--json")
+        check_output(parsed.out, "--out")
+        return parsed
+
 
 def parser(doc, out=None, quick="tiny sizes: a smoke test of the script itself"):
     """argparse with the suite's whole docstring as help and the common flags."""
-    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = SuiteParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", default=None, help="also write the results as JSON")
     p.add_argument("--out", default=out, help="also write the markdown to this file")
     if quick:
