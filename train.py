@@ -30,6 +30,7 @@ from pretrained import OVERRIDABLE, from_pretrained, overrides_from_keys, pretra
 from trainer.batches import Batches, check_token_files
 from trainer.checkpoint import (
     CheckpointError,
+    WriteError,
     is_run_folder,
     load_checkpoint,
     model_config_from_checkpoint,
@@ -595,6 +596,10 @@ def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
                       f"resume with --init_from=resume", file=sys.stderr)
         elif not tc.eval_only:
             trainer.write_summary(finished=True)
+    except WriteError as e:  # disk full or read-only: the last good files stay; resume once there is room
+        code = 2
+        if dist.master:
+            print(f"error: {e}; then resume with --init_from=resume", file=sys.stderr)
     except NonFinite as e:
         code = 3
         if dist.master:

@@ -4,7 +4,9 @@ A tokenizer is `char` (ids index a sorted character list) or a tiktoken encoding
 pool as tasks of about CHUNK_CHARS characters; the ids come back in input order, whatever --num_proc.
 """
 import multiprocessing
+import os
 import signal
+import sys
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 
@@ -57,11 +59,24 @@ _LUT = None       # char: code point -> id
 _DTYPE = None
 
 
+def die_with_parent(parent_pid):
+    """Linux: the kernel kills this worker when its parent dies (kill -9 included), so no worker
+    is left orphaned; elsewhere nothing (the pool's own shutdown handles normal exits)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def _init_worker(spec, dtype):
     """spec: ('tiktoken', name) or ('char', chars). Workers ignore Ctrl-C: the main process handles it."""
     global _ENCODER, _EOT, _LUT, _DTYPE
     if multiprocessing.parent_process() is not None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        die_with_parent(multiprocessing.parent_process().pid)
     _DTYPE = np.dtype(dtype)
     kind, arg = spec
     if kind == "tiktoken":

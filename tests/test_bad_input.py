@@ -89,3 +89,17 @@ def test_a_binary_file_is_not_a_corpus(tmp_path):
                         f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "NUL bytes" in r.stderr and not (tmp_path / "out" / "train.bin").exists()
+
+
+@pytest.mark.parametrize("summary,log,words", [
+    ({"attention": "mha", "params": "many"}, [], "params='many' is not a number"),
+    ({"attention": "mha"}, [{"iter": 0, "val_loss": "abc", "elapsed_s": 1.0}], "val_loss='abc' is not a number"),
+    ({"attention": "mha"}, [{"iter": "zero", "val_loss": 1.0}], "iter='zero' is not a number")])
+def test_compare_refuses_a_malformed_run_folder(tmp_path, summary, log, words):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    r = subprocess.run([sys.executable, "-m", "tools.compare", str(run), f"--out={tmp_path / 'rep'}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr

@@ -177,3 +177,63 @@ def test_lock_has_one_holder_under_hundreds_of_simultaneous_acquisitions(tmp_pat
         p.join(60)
     assert overlaps.value == 0 and wins.value >= 1
     assert not (tmp_path / "train.lock").exists() and not (tmp_path / "train.lock.tmp").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 300 kB tmpfs (room for the first checkpoint files, not for all of them); skipped where
+    this machine does not let the tests mount one."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()[:80] or 'not permitted'})")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_a_full_disk_at_a_checkpoint_stops_in_one_line_and_keeps_the_last_files(data_root, small_disk):
+    out = small_disk / "run"
+    r = run_cli(*train_args(data_root, out, "--max_iters=40", "--eval_iters=2", *COMMON))
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "Traceback" not in r.stderr and err[-1].startswith("error: cannot write"), r.stderr
+    assert "the disk is full" in err[-1] or "No space left" in err[-1]
+    assert not [n for n in os.listdir(out) if n.endswith(".tmp")] and not (out / "train.lock").exists()
+    for name in ("best.pt", "ckpt.pt"):  # whatever was written whole is still loadable
+        if (out / name).exists():
+            torch.load(out / name, weights_only=True)
+
+
+def child_pids(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_prepare_workers_die_with_a_killed_parent(tmp_path):
+    """kill -9 of data/text/prepare.py leaves no worker running (they had stayed forever)."""
+    big = tmp_path / "big.txt"
+    text = open(os.environ["TINYSHAKESPEARE_INPUT"]).read() if os.environ.get("TINYSHAKESPEARE_INPUT") else \
+        "the quick brown fox jumps over the lazy dog\n" * 25_000
+    big.write_text(text * 30)
+    proc = subprocess.Popen([sys.executable, "data/text/prepare.py", f"--input={big}", "--tokenizer=char",
+                             f"--out_dir={tmp_path / 'out'}", "--num_proc=2"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while len(child_pids(proc.pid)) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    workers = child_pids(proc.pid)
+    if proc.poll() is not None or len(workers) < 2:
+        pytest.skip("prepare finished before its workers could be seen")
+    time.sleep(1.0)  # let the workers pass their initializer
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 10
+    while any(os.path.exists(f"/proc/{w}") and open(f"/proc/{w}/stat").read().split()[2] != "Z" for w in workers) \
+            and time.time() < deadline:
+        time.sleep(0.1)
+    alive = [w for w in workers if os.path.exists(f"/proc/{w}") and open(f"/proc/{w}/stat").read().split()[2] != "Z"]
+    assert not alive, f"workers {alive} outlived their parent"

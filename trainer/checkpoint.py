@@ -8,6 +8,7 @@ file and the fix; train.py, sample.py and the analysis tools print it and exit 2
 """
 import os
 import pickle
+import shutil
 import warnings
 import zipfile
 
@@ -34,14 +35,29 @@ def fsync_dir(path):
         os.close(fd)
 
 
+class WriteError(OSError):
+    """A file could not be written (disk full, read-only folder): the old file is kept."""
+
+
 def save_atomic(obj, path, writer=torch.save):
-    """writer(obj, tmp) then rename tmp -> path: never a half-written `path`."""
+    """writer(obj, tmp) then rename tmp -> path: never a half-written `path`. On failure the tmp
+    file goes, `path` keeps its last good version, and WriteError says why in one line."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        writer(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            writer(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        folder = os.path.dirname(os.path.abspath(path))
+        free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+        why = e.strerror if isinstance(e, OSError) and e.strerror else \
+            "the disk is full" if free < 2**20 else str(e).splitlines()[0][:80]
+        raise WriteError(f"cannot write {path} ({why}; {free / 2**20:,.0f} MiB free there); the previous "
+                         f"version is kept: free space or pick another out_dir") from None
     fsync_dir(os.path.dirname(path))
 
 

@@ -12,7 +12,7 @@ import json
 import math
 import os
 
-from trainer.checkpoint import save_atomic
+from trainer.checkpoint import WriteError, save_atomic
 
 LOG, SUMMARY = "log.jsonl", "summary.json"
 
@@ -68,8 +68,12 @@ def open_log(run_dir, resume_iter=None):
 
 
 def append_log(log_file, metrics: dict):
-    log_file.write(json.dumps(strict(metrics)) + "\n")
-    log_file.flush()
+    try:
+        log_file.write(json.dumps(strict(metrics)) + "\n")
+        log_file.flush()
+    except OSError as e:
+        raise WriteError(f"cannot append to {log_file.name} ({e.strerror}); free space or pick another "
+                         "out_dir") from None
 
 
 def write_summary(run_dir, summary: dict):
@@ -91,9 +95,26 @@ def read_summary(run_dir) -> dict:
     return summary
 
 
+NUMBERS = ("iter", "train_loss", "val_loss", "lr", "tokens_per_sec", "elapsed_s", "flops", "params",
+           "best_val_loss", "final_val_loss", "iters", "wall_s", "train_flops", "peak_mem_bytes")
+
+
+def check_numbers(record, where):
+    """The numeric fields a report reads are numbers (or null): RunError naming the first that is not."""
+    for key in NUMBERS:
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise RunError(f"{where}: {key}={value!r} is not a number; the file was edited or not written by "
+                           "train.py: re-run that run")
+
+
 def load_run(run_dir):
-    """(name, summary, log) of one run folder; RunError if its summary cannot be read."""
-    return os.path.basename(os.path.normpath(run_dir)), read_summary(run_dir), read_log(run_dir)
+    """(name, summary, log) of one run folder; RunError if its summary or log cannot be read."""
+    summary, log = read_summary(run_dir), read_log(run_dir)
+    check_numbers(summary, os.path.join(run_dir, SUMMARY))
+    for record in log:
+        check_numbers(record, os.path.join(run_dir, LOG))
+    return os.path.basename(os.path.normpath(run_dir)), summary, log
 
 
 def run_state(run_dir) -> str:
