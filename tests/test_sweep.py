@@ -80,6 +80,58 @@ def test_killed_sweep_completes_when_rerun(data_root, tmp_path, jobs):
     assert "--init_from=resume" in (out / "mha-s1" / "train.log").read_text()
     assert f"| mha | {jobs + 1} |" in (out / "report.md").read_text()
 
+def start_sweep_and_wait_for_a_checkpoint(cmd, out):
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ckpt, deadline = out / "mha-s1" / "ckpt.pt", time.time() + 120
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+def train_pid(out):
+    return json.loads((out / "mha-s1" / "train.lock").read_text())["pid"]
+
+
+def gone(pid, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and the parent-death signal are Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGKILL])
+def test_a_stopped_or_killed_sweep_leaves_no_run_behind(data_root, tmp_path, sig):
+    """SIGHUP is forwarded; after kill -9 of the sweep its train.py gets SIGTERM: either way the
+    run saves a checkpoint at the iteration it reached and exits (it trained on as an orphan)."""
+    out = tmp_path / "sw"
+    cmd = sweep_cmd(data_root, out, configs=("config/mha.py",), seeds="1", max_iters=2000)
+    proc = start_sweep_and_wait_for_a_checkpoint(cmd, out)
+    pid = train_pid(out)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert gone(pid), f"train.py pid {pid} still runs after the sweep got {sig.name}"
+    log = (out / "mha-s1" / "train.log").read_text()
+    assert "checkpoint saved" in log and not (out / "mha-s1" / "train.lock").exists()
+
+
+def test_a_run_another_process_trains_is_skipped_not_fatal(data_root, tmp_path):
+    """Two sweeps over one folder: the second skips the run the first holds and does the rest."""
+    out = tmp_path / "sw"
+    (out / "mha-s1").mkdir(parents=True)
+    (out / "mha-s1" / "train.lock").write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename}))
+    r = subprocess.run(sweep_cmd(data_root, out, configs=("config/mha.py",), seeds="1,2", max_iters=10),
+                       cwd=ROOT, capture_output=True, text=True)
+    assert "mha-s1: busy (train.py pid" in r.stdout and "mha-s2: training" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 1 and json.loads((out / "mha-s2" / "summary.json").read_text())["finished"]
+
+
 
 @pytest.mark.parametrize("extra, words", [(["--n_embd=33"], "n_embd"), (["--no_such_key=1"], "no_such_key"),
                                           (["--seed=3"], "seeds")])

@@ -42,6 +42,7 @@ from configurator import ConfigError, fail
 from model import GPTConfig
 from tools import budget
 from trainer.rundir import RunError, read_log, read_summary, run_state, settings_differ, write_json_atomic
+from trainer.runfiles import RunLock
 from trainer.settings import MODEL_KEYS, parse_keys, read_meta
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root, where train.py is
@@ -145,13 +146,22 @@ def fmt_duration(seconds):
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def term_with_parent():
+    """In a child before exec (Linux): SIGTERM when the sweep dies, even by kill -9, so the run
+    saves its checkpoint and exits instead of training on as an orphan that holds its lock."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
+
+
 class Runner:
-    """Runs train.py (and eval.py) in child processes; forwards SIGINT/SIGTERM to every child so a
-    killed sweep leaves each run's checkpoint behind for the next invocation."""
+    """Runs train.py (and eval.py) in child processes; forwards SIGHUP/SIGINT/SIGTERM to every
+    child so a stopped sweep leaves each run's checkpoint behind for the next invocation, and a
+    child gets SIGTERM when the sweep dies (term_with_parent)."""
 
     def __init__(self):
         self.children, self.signalled = set(), None
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._forward)
 
     def _forward(self, signum, _frame):
@@ -170,7 +180,7 @@ class Runner:
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
             child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=HERE,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=term_with_parent)
         self.children.add(child)
         return child
 
@@ -216,6 +226,17 @@ def check_run_settings(config, seed, run_dir, overrides):
              "it, or give this sweep another --out")
 
 
+def busy_with(run_dir):
+    """The live process training run_dir (train.py's lock), as text, or None."""
+    lock = RunLock(run_dir)
+    owner = lock.owner()
+    try:
+        lock.refuse_if_held(owner)
+    except ConfigError:
+        return f"train.py pid {owner[0]} on {owner[1]} holds its lock"
+    return None
+
+
 def last_error_line(run_dir):
     with open(os.path.join(run_dir, "train.log")) as f:
         lines = [line.strip() for line in f if line.strip()]
@@ -237,6 +258,11 @@ def train_runs(runner, runs, label="", jobs=1):
             check_run_settings(config, seed, run_dir, overrides)
         if state == "finished":
             print(f"[{i}/{len(runs)}] {name}: finished, skipped", flush=True)
+            continue
+        busy = busy_with(run_dir)
+        if busy:  # e.g. a second sweep over the same folder: leave it to that one
+            print(f"[{i}/{len(runs)}] {name}: busy ({busy}), skipped; re-run this sweep once it is done", flush=True)
+            failed.append(name)
             continue
         while len(active) >= jobs:
             reap(runner, active, remaining, failed, clock)
