@@ -103,3 +103,25 @@ def test_compare_refuses_a_malformed_run_folder(tmp_path, summary, log, words):
     r = subprocess.run([sys.executable, "-m", "tools.compare", str(run), f"--out={tmp_path / 'rep'}"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("content,words", [
+    ("text", "is truncated or not a checkpoint"),
+    ({"model": {}, "model_args": {}, "iter_num": "abc"}, "iter_num='abc' is not a number"),
+    ({"model": {"wte.weight": "nan"}, "model_args": {}}, "holds non-finite weights (wte.weight")])
+@pytest.mark.parametrize("tool", [["sample.py", "--out_dir={run}", "--ckpt=last"],
+                                  ["-m", "tools.analyze", "{run}", "--ckpt=last"],
+                                  ["-m", "tools.eval", "{run}", "--ckpt=last"]])
+def test_a_bad_checkpoint_is_one_line_in_every_reader(tmp_path, content, words, tool):
+    import torch
+    run = tmp_path / "run"
+    run.mkdir()
+    if content == "text":
+        (run / "ckpt.pt").write_text("hello, this is not a checkpoint\n")
+    else:
+        if content["model"]:
+            content["model"] = {"wte.weight": torch.tensor([[0.0, float("nan")]])}
+        torch.save(content, run / "ckpt.pt")
+    r = subprocess.run([sys.executable, *[a.format(run=run) for a in tool]], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr

@@ -93,8 +93,10 @@ def load_checkpoint(path, device="cpu", required=REQUIRED_KEYS) -> dict:
                                   "with another tool") from None
         raise CheckpointError(f"checkpoint {path} is not a PyTorch checkpoint (unpickling failed); "
                               "it may be truncated or another kind of file") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, AttributeError) as e:
-        why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, AttributeError, KeyError,
+            IndexError, TypeError) as e:  # a text file named ckpt.pt reads as a pickle of nonsense
+        why = str(e).splitlines()[0][:120] if str(e) and not isinstance(e, (KeyError, IndexError, TypeError)) \
+            else f"{type(e).__name__} while reading it"
         raise CheckpointError(f"checkpoint {path} is truncated or not a checkpoint ({why}); "
                               "delete it and resume from another checkpoint or train again") from None
     if not isinstance(ckpt, dict):
@@ -102,7 +104,27 @@ def load_checkpoint(path, device="cpu", required=REQUIRED_KEYS) -> dict:
     missing = [k for k in required if k not in ckpt]
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}; it was not written by train.py")
+    check_checkpoint_values(ckpt, path)
     return ckpt
+
+
+def check_checkpoint_values(ckpt, path):
+    """The fields a run reads have their types, and the weights are finite (a model with a NaN
+    weight gives NaN logits: sampling would crash, training would run a step on it)."""
+    for key, types in (("iter_num", (int,)), ("best_val_loss", (int, float))):
+        if key in ckpt and (isinstance(ckpt[key], bool) or not isinstance(ckpt[key], types)):
+            raise CheckpointError(f"checkpoint {path}: {key}={ckpt[key]!r} is not a number; it was edited or not "
+                                  "written by train.py")
+    weights = ckpt.get("model")
+    if weights is None:
+        return
+    if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
+        raise CheckpointError(f"checkpoint {path}: its model weights are not a dict of tensors; it was not "
+                              "written by train.py")
+    bad = next((name for name, t in weights.items() if t.is_floating_point() and not torch.isfinite(t).all()), None)
+    if bad:
+        raise CheckpointError(f"checkpoint {path} holds non-finite weights ({bad} has NaN or inf); use an earlier "
+                              "checkpoint (best.pt, or a run's ckpt.pt before it diverged) or train again")
 
 
 def model_config_from_checkpoint(ckpt, path="checkpoint", **overrides):
