@@ -4,10 +4,13 @@ Each file is one document; the last --val_fraction of the characters (counted ac
 validation split, its start moved to the nearest place where cutting changes no token (safe_cut).
 """
 import os
+import sys
 import urllib.request
 
 from . import tokenizers  # tokenizers.CHUNK_CHARS is read at call time: tests shrink it
 from .errors import InputError, one_line
+
+MAX_CARRY = 4 << 20   # characters read on while looking for a safe cut: what bounds memory on one giant line
 
 
 def safe_cut(text, start=0, end=None, forward=False):
@@ -95,7 +98,7 @@ def text_pieces(files, split_at):
     offset, in_val = 0, False
     for i, path in enumerate(files):
         with open(path, encoding="utf-8", newline="") as f:  # newline="": keep \r\n, tokenize the exact text
-            carry, eof = "", False
+            carry, eof, forced = "", False, 0
             while not eof:
                 block = f.read(tokenizers.CHUNK_CHARS)
                 buf, eof = carry + block, not block
@@ -103,9 +106,15 @@ def text_pieces(files, split_at):
                     piece, carry = buf, ""
                 else:
                     cut = safe_cut(buf, len(buf) // 2)
-                    if cut == -1:  # no safe place in the second half: read on
+                    if cut == -1 and len(buf) < MAX_CARRY:  # no safe place in the second half: read on
                         carry = buf
                         continue
+                    if cut == -1:  # bounded memory first: cut anyway, and say so once per file
+                        cut, forced = len(buf) // 2, forced + 1
+                        if forced == 1:
+                            print(f"note: {path} has over {len(buf):,} characters without a newline or a space "
+                                  "between words; cut inside them (the tokens at such a cut may differ from "
+                                  "tokenizing it whole)", file=sys.stderr)
                     piece, carry = buf[:cut], buf[cut:]
                 if not in_val and offset <= split_at < offset + len(piece):
                     cut = _cut_near(piece, split_at - offset)

@@ -504,3 +504,16 @@ def test_train_reads_the_dtype_from_meta(monkeypatch, tmp_path, text, one_torch_
                               "--eval_interval=4", "--eval_iters=2"))
     logs = [[json.loads(line) for line in open(tmp_path / f"run{d}" / "log.jsonl")] for d in ("uint16", "uint32")]
     assert [r["val_loss"] for r in logs[0]] == [r["val_loss"] for r in logs[1]]
+
+
+def test_one_giant_line_is_cut_with_bounded_memory(tmp_path, monkeypatch, capsys):
+    """No newline and no space between words: the reader still hands out bounded pieces (it read
+    the whole line into one piece before), says so once, and loses no character."""
+    monkeypatch.setattr(tokenizers, "CHUNK_CHARS", 1000)
+    monkeypatch.setattr(text_source, "MAX_CARRY", 4000)
+    text = "abcdefghij" * 5000                         # 50,000 characters, one "word"
+    path = tmp_path / "line.txt"
+    path.write_text(text)
+    pieces = [p for *_, p in text_source.text_pieces([str(path)], split_at=len(text))]
+    assert "".join(pieces) == text and max(map(len, pieces)) <= 4000 + 1000
+    assert capsys.readouterr().err.count("note:") == 1
