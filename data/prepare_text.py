@@ -12,7 +12,7 @@ from .cli import Parser, add_output_args, check_fractions, check_num_proc, progr
 from .errors import InputError, fail
 from .text_source import download, list_text_files, scan_text_files, text_pieces
 from .tokenizers import Workers, choose_dtype, load_encoding, tiktoken_name
-from .writer import Output, check_out_dir
+from .writer import Output, check_out_dir, write_failure
 
 
 @dataclass
@@ -126,7 +126,11 @@ def main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1,
         Output(args.out_dir, "uint16", created_dir=created).discard()
         fail(str(e))
     out = Output(args.out_dir, vocab.dtype, created_dir=created)
-    meta = _tokenize(args, files, vocab, out)
+    try:
+        meta = _tokenize(args, files, vocab, out)
+    except OSError as e:  # a full or read-only disk while writing: nothing partial stays
+        out.discard()
+        fail(write_failure(args.out_dir, e) + " (nothing partial was left)")
     print(f"{vocab.total_chars:,} characters in {len(files)} file(s), {meta['tokenizer']} vocabulary of "
           f"{vocab.size}: {' / '.join(f'{n:,} {split}' for split, n in out.tokens.items())} tokens ({vocab.dtype}) "
           f"-> {args.out_dir}")

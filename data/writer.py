@@ -5,6 +5,7 @@ git like any .bin) and are renamed together by Output.commit, with meta.json wri
 """
 import json
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -12,6 +13,14 @@ import numpy as np
 from .errors import fail
 
 STATE_FILE = "prepare_state.json"  # where an interrupted Hugging Face run records how far it got
+
+
+def write_failure(out_dir, e):
+    """The one line for an OSError while writing out_dir's files."""
+    folder = out_dir if os.path.isdir(out_dir) else os.path.dirname(os.path.abspath(out_dir))
+    free = shutil.disk_usage(folder).free if os.path.isdir(folder) else 0
+    return (f"cannot write to {out_dir} ({e.strerror or e}; {free / 2**20:,.0f} MiB free there); free space or pick "
+            "another --out_dir")
 
 
 def check_out_dir(out_dir):

@@ -35,6 +35,7 @@ TABLE = [
     (["-m", "tools.eval", "{tmp}", "--device=foo"], "device='foo'"),
     (["-m", "tools.eval", "{tmp}", "--rope_factor=4"], "go with --rope_scaling"),
     (["-m", "tools.analyze", "{tmp}", "--device=cuda:7"], "device=cuda:7"),
+    (["-m", "tools.plan", BASE, "--n_layer=10000000", "--context=1024"], "n_layer=10000000 is more than"),
     (["-m", "tools.bench", BASE, "--decode_tokens=0"], "--decode_tokens=0 must be at least 1"),
     (["-m", "tools.bench", BASE, "--repeats=0"], "--repeats=0 must be at least 1"),
     (["-m", "tools.bench", BASE, "--device=foo"], "device='foo'"),

@@ -237,3 +237,15 @@ def test_prepare_workers_die_with_a_killed_parent(tmp_path):
         time.sleep(0.1)
     alive = [w for w in workers if os.path.exists(f"/proc/{w}") and open(f"/proc/{w}/stat").read().split()[2] != "Z"]
     assert not alive, f"workers {alive} outlived their parent"
+
+
+def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(small_disk):
+    if not os.environ.get("TINYSHAKESPEARE_INPUT"):
+        pytest.skip("needs a local copy of the corpus ($TINYSHAKESPEARE_INPUT)")
+    out = small_disk / "sc"
+    r = subprocess.run([sys.executable, "data/shakespeare_char/prepare.py",
+                        f"--input={os.environ['TINYSHAKESPEARE_INPUT']}", f"--out_dir={out}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(err) == 1 and "cannot write to" in err[0]
+    assert not out.exists()

@@ -108,6 +108,9 @@ def parse_options(raw: dict) -> dict:
             **{flag: parse_quantity(flag, raw[flag]) for flag in UNITS}, "json": raw["json"]}
 
 
+MAX_LAYERS = 10_000
+
+
 def build_planned_model(path: str, overrides: list, opts: dict) -> GPT:
     """The config's model on the meta device, refused (exit 2) if it cannot run the plan."""
     try:
@@ -115,6 +118,9 @@ def build_planned_model(path: str, overrides: list, opts: dict) -> GPT:
         config = GPTConfig(vocab_size=opts["vocab_size"], **{k: cfg[k] for k in MODEL_KEYS})
     except (ConfigError, ValueError) as e:
         fail(f"{path}: {e}")
+    if config.n_layer > MAX_LAYERS:  # building them, even on the meta device, takes minutes to hours
+        fail(f"{path}: n_layer={config.n_layer} is more than this planner builds ({MAX_LAYERS}; the deepest LLMs "
+             "have ~100-200); plan a shallower model and scale its per-layer numbers")
     with torch.device("meta"):
         model = GPT(config)
     try:
