@@ -16,7 +16,7 @@ from .cli import Parser, add_output_args, check_fractions, check_num_proc, posit
 from .errors import InputError, SourceError, fail
 from .hf_source import TEXT_FIELD_HINT, hf_tasks, looks_local, open_source
 from .tokenizers import Workers, choose_dtype, load_encoding, tiktoken_name
-from .writer import Output, check_out_dir
+from .writer import Output, check_out_dir, write_failure
 
 CHECKPOINT_SECONDS = 30.0  # how often a long run records where it is (for resuming)
 # The options that decide the output: a saved state from a run with other values is not resumed.
@@ -238,6 +238,9 @@ def main(description, argv=None, *, dataset, out_dir, name=None, split="train", 
     signature = {**{k: getattr(args, k) for k in SIGNATURE_KEYS}, "tokenizer": enc_name, "dtype": dtype}
     run = _Run(args, out, sources, local, signature)
     run.open()
-    _execute(run, enc, enc_name, dtype)
+    try:
+        _execute(run, enc, enc_name, dtype)
+    except OSError as e:  # a full or read-only disk while writing
+        fail(write_failure(args.out_dir, e) + ", then re-run the same command")
     print(f"{args.input or args.dataset}: {out.tokens['train']:,} train / {out.tokens['val']:,} val tokens "
           f"({dtype}, {enc_name}) -> {args.out_dir}")
