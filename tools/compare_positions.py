@@ -10,12 +10,11 @@ Reads each DIR/analysis.json and draws, one line per run:
   same token the same-token ratio per layer (1 = no preference for earlier copies of the
              query's token at the same distance).
 """
-import argparse
 import json
 import os
 import sys
 
-from configurator import check_output, fail
+from configurator import OneLineParser, check_output, fail
 
 SHIFT_FLOOR = 1e-9  # exact zeros drawn here on the log axis
 
@@ -37,7 +36,7 @@ def mean_ratio(result):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m tools.compare_positions", description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="+", metavar="DIR", help="analyze.py output folders")
     ap.add_argument("--out", default="positions.png")
     args = ap.parse_args(argv)
