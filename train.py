@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention import check_impl_runs_on
+from attention import check_impl_runs_on, variant_class
 from configurator import ConfigError, fail
 from model import GPT, GPTConfig
 from pretrained import OVERRIDABLE, from_pretrained, overrides_from_keys, pretrained_config
@@ -167,6 +167,10 @@ def read_finetune_source(path, gptconf, explicit):
     if saved.pos_encoding == "learned" and changes.get("block_size", saved.block_size) > saved.block_size:
         raise ConfigError(f"init_from: {path} has learned positions for {saved.block_size} tokens only; "
                           f"fine-tune at block_size <= {saved.block_size}")
+    if variant_class(saved.attention).context_within_block_size and \
+            changes.get("block_size", saved.block_size) != saved.block_size:
+        raise ConfigError(f"init_from: attention={saved.attention}'s pattern is drawn for block_size="
+                          f"{saved.block_size} ({path}); fine-tune it at that block_size")
     if saved.vocab_size != gptconf.vocab_size:
         raise ConfigError(f"init_from: {path} has vocab_size={saved.vocab_size} but the dataset has "
                           f"{gptconf.vocab_size}; fine-tune on the dataset it was trained on")

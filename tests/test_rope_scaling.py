@@ -239,3 +239,14 @@ def test_base_lower_bound_is_the_first_base_keeping_every_distance_nonnegative(h
     bound = analyze.rope_base_lower_bound(head_dim, context, per_decade=50)
     assert holds(bound) and not holds(bound / 10 ** (1 / 50))
     assert analyze.rope_base_lower_bound(head_dim, 4 * context, per_decade=50) > bound
+
+
+@pytest.mark.parametrize("source,words", [(["--pos_encoding=learned"], "learned positions for 32 tokens only"),
+                                          (["--attention=bigbird", "--sparse_block=8", "--sparse_window=2"],
+                                           "pattern is drawn for block_size=32")])
+def test_finetune_refuses_a_longer_context_the_source_cannot_take(data_root, tmp_path, source, words):
+    train.main(train_args(data_root, tmp_path / "src", "--max_iters=2", "--eval_interval=2", *source))
+    r = subprocess.run([sys.executable, "train.py", *train_args(data_root, tmp_path / "o", *source,
+                                                                 f"--init_from={tmp_path / 'src'}", "--block_size=64")],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr

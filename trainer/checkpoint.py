@@ -152,7 +152,8 @@ def model_from_checkpoint(ckpt, config, path="checkpoint", device="cpu"):
     try:
         model.load_state_dict(ckpt["model"])
     except (RuntimeError, TypeError, AttributeError) as e:
-        why = str(e).splitlines()[0][:160]
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        why = " ".join(lines[:2])[:200]  # torch's first line only says "Error(s) in loading state_dict"
         raise CheckpointError(f"{path}: weights do not fit its model config ({why})") from None
     return model.eval().to(device)
 
