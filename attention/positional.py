@@ -90,6 +90,9 @@ class RoPE:
             raise ValueError(f"rope_factor={self.factor} must be >= 1 (the context extension factor)")
         if self.scaling == "none" and self.factor != 1:
             raise ValueError(f"rope_factor={self.factor} needs rope_scaling=pi, ntk or yarn")
+        if self.scaling != "yarn" and (self.beta_fast, self.beta_slow, self.attn_factor) != (32.0, 1.0, 0.0):
+            raise ValueError("rope_beta_fast, rope_beta_slow and rope_attn_factor are yarn's; set "
+                             f"rope_scaling=yarn or leave them unset (rope_scaling={self.scaling})")
         if not self.beta_fast > self.beta_slow > 0:
             raise ValueError(f"rope_beta_fast={self.beta_fast} must be > rope_beta_slow={self.beta_slow} > 0")
         if not 0 <= self.attn_factor < math.inf:

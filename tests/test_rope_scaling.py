@@ -153,6 +153,7 @@ def test_rope_fraction_zero_equals_no_positions(attention):
     (dict(rope_factor=2.0), "needs rope_scaling"),
     (dict(rope_scaling="yarn", rope_factor=2.0, rope_beta_fast=1.0, rope_beta_slow=2.0), "rope_beta_fast"),
     (dict(rope_fraction=1.5), "must be in [0, 1]"),
+    (dict(rope_scaling="pi", rope_factor=2.0, rope_beta_fast=16.0), "are yarn's"),
     (dict(rope_fraction=0.3), "odd number"),
     (dict(rope_base=0.0), "rope_base"),
     (dict(rope_base=float("nan")), "rope_base"),

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from attention.positional import RoPE
 from configurator import ConfigError, OneLineParser, check_output, fail
 from trainer.checkpoint import (
     CheckpointError,
@@ -97,11 +98,15 @@ def rope_overrides(args):
     """The RoPE settings to evaluate with, one dict per --rope_scaling value ({} = as trained)."""
     if args.rope_scaling is None:
         return [{}]
-    extra = {k: getattr(args, k) for k in ("rope_factor", "rope_beta_fast", "rope_beta_slow", "rope_attn_factor")
-             if getattr(args, k) is not None}
+    factor = {"rope_factor": args.rope_factor} if args.rope_factor is not None else {}
+    yarn = {k: getattr(args, k) for k in ("rope_beta_fast", "rope_beta_slow", "rope_attn_factor")
+            if getattr(args, k) is not None}
+    unset = {"rope_beta_fast": RoPE.beta_fast, "rope_beta_slow": RoPE.beta_slow, "rope_attn_factor": RoPE.attn_factor}
     out = []
     for scaling in dict.fromkeys(v.strip() for v in args.rope_scaling.split(",") if v.strip()):
-        out.append({"rope_scaling": scaling, **({**extra, "rope_factor": 1.0} if scaling == "none" else extra)})
+        change = {"rope_scaling": scaling, "rope_factor": 1.0, **unset} if scaling == "none" else \
+            {"rope_scaling": scaling, **factor, **(yarn if scaling == "yarn" else unset)}
+        out.append(change)
     return out
 
 
