@@ -70,7 +70,9 @@ RESUME_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss")
 
 # ---- settings: everything checked before any work ----
 def load_settings(argv):
-    """-> (TrainConfig, GPTConfig, meta, flat config, resume checkpoint or None). ConfigError on bad input."""
+    """-> (TrainConfig, GPTConfig, meta, flat config, checkpoint or None). ConfigError on bad input.
+    The checkpoint is the one the model starts from, read once: with init_from=resume its weights,
+    optimizer and progress; with init_from=RUN_DIR (a fine-tune) only its weights are used."""
     explicit = set()
     cfg = parse_keys(argv, explicit)
     tc = TrainConfig(**{k: cfg[k] for k in TRAIN_KEYS})
@@ -92,8 +94,8 @@ def load_settings(argv):
         check_same_dataset(checkpoint, meta, tc, os.path.join(tc.out_dir, "ckpt.pt"))
     elif is_run_folder(tc.init_from):  # a run of ours: its config (with the allowed changes), weights later
         source = os.path.join(tc.init_from, "ckpt.pt")
-        ckpt, gptconf = read_finetune_source(source, gptconf, explicit)
-        check_same_dataset(ckpt, meta, tc, source)
+        checkpoint, gptconf = read_finetune_source(source, gptconf, explicit)
+        check_same_dataset(checkpoint, meta, tc, source)
     elif tc.init_from != "scratch":  # GPT-2 weights: the (converted) config from its config.json, weights later
         gptconf = pretrained_config(tc.init_from, **overrides_from_keys(cfg, explicit))
         if gptconf.vocab_size != meta["vocab_size"]:
@@ -227,8 +229,8 @@ def build_model(tc, gptconf, dist, checkpoint, ptdtype):
     if tc.init_from in ("scratch", "resume"):
         raw = GPT(gptconf).to(dist.device)
     elif is_run_folder(tc.init_from):  # fine-tune: the run's weights, a fresh optimizer, iteration 0
-        path = os.path.join(tc.init_from, "ckpt.pt")
-        raw = model_from_checkpoint(load_checkpoint(path, "cpu"), gptconf, path).train().to(dist.device)
+        raw = model_from_checkpoint(checkpoint, gptconf, os.path.join(tc.init_from, "ckpt.pt")).train()
+        raw = raw.to(dist.device)
     else:  # the same conversion load_settings checked, now with the weights
         raw = from_pretrained(tc.init_from, **{k: getattr(gptconf, k) for k in OVERRIDABLE}).to(dist.device)
     raw.n_params = raw.num_params()  # before sharding: counts whole tensors
@@ -237,7 +239,7 @@ def build_model(tc, gptconf, dist, checkpoint, ptdtype):
         shard_model(raw, ptdtype)
     device_type = dist.device.split(":")[0]
     optimizer = raw.configure_optimizers(tc.weight_decay, tc.learning_rate, (tc.beta1, tc.beta2), device_type)
-    if checkpoint is not None:
+    if tc.init_from == "resume":
         # full (unsharded) tensors, keyed by parameter name: the same checkpoint resumes
         # a single process, DDP or FSDP run
         try:
@@ -316,6 +318,7 @@ class Trainer:
                                dist.device, tc.seed, dist.rank)
         self.tokens_per_iter = tc.gradient_accumulation_steps * dist.world * tc.batch_size * gptconf.block_size
         self.kv_bytes = self.raw.cache_elems_per_token() * self.ptdtype.itemsize
+        checkpoint = checkpoint if tc.init_from == "resume" else None  # a fine-tune starts at iteration 0
         progress = (checkpoint or {}).get("progress", {})
         self.iter_num = checkpoint["iter_num"] if checkpoint else 0
         self.best_val_loss = checkpoint["best_val_loss"] if checkpoint else float("inf")

@@ -90,7 +90,8 @@ class RoPE:
             raise ValueError(f"rope_factor={self.factor} must be >= 1 (the context extension factor)")
         if self.scaling == "none" and self.factor != 1:
             raise ValueError(f"rope_factor={self.factor} needs rope_scaling=pi, ntk or yarn")
-        if self.scaling != "yarn" and (self.beta_fast, self.beta_slow, self.attn_factor) != (32.0, 1.0, 0.0):
+        yarn_keys = (self.beta_fast, self.beta_slow, self.attn_factor)
+        if self.scaling != "yarn" and yarn_keys != (RoPE.beta_fast, RoPE.beta_slow, RoPE.attn_factor):
             raise ValueError("rope_beta_fast, rope_beta_slow and rope_attn_factor are yarn's; set "
                              f"rope_scaling=yarn or leave them unset (rope_scaling={self.scaling})")
         if not self.beta_fast > self.beta_slow > 0:

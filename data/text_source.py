@@ -98,7 +98,7 @@ def text_pieces(files, split_at):
     offset, in_val = 0, False
     for i, path in enumerate(files):
         with open(path, encoding="utf-8", newline="") as f:  # newline="": keep \r\n, tokenize the exact text
-            carry, eof, forced = "", False, 0
+            carry, eof, warned = "", False, False
             while not eof:
                 block = f.read(tokenizers.CHUNK_CHARS)
                 buf, eof = carry + block, not block
@@ -110,8 +110,9 @@ def text_pieces(files, split_at):
                         carry = buf
                         continue
                     if cut == -1:  # bounded memory first: cut anyway, and say so once per file
-                        cut, forced = len(buf) // 2, forced + 1
-                        if forced == 1:
+                        cut = len(buf) // 2
+                        if not warned:
+                            warned = True
                             print(f"note: {path} has over {len(buf):,} characters without a newline or a space "
                                   "between words; cut inside them (the tokens at such a cut may differ from "
                                   "tokenizing it whole)", file=sys.stderr)

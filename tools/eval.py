@@ -94,14 +94,16 @@ def run_labels(run_dirs):
             for d, n in zip(run_dirs, names)]
 
 
+YARN_FLAGS = ("rope_beta_fast", "rope_beta_slow", "rope_attn_factor")   # model keys, RoPE's fields without rope_
+
+
 def rope_overrides(args):
     """The RoPE settings to evaluate with, one dict per --rope_scaling value ({} = as trained)."""
     if args.rope_scaling is None:
         return [{}]
     factor = {"rope_factor": args.rope_factor} if args.rope_factor is not None else {}
-    yarn = {k: getattr(args, k) for k in ("rope_beta_fast", "rope_beta_slow", "rope_attn_factor")
-            if getattr(args, k) is not None}
-    unset = {"rope_beta_fast": RoPE.beta_fast, "rope_beta_slow": RoPE.beta_slow, "rope_attn_factor": RoPE.attn_factor}
+    yarn = {k: getattr(args, k) for k in YARN_FLAGS if getattr(args, k) is not None}
+    unset = {k: getattr(RoPE, k.removeprefix("rope_")) for k in YARN_FLAGS}   # their defaults
     out = []
     for scaling in dict.fromkeys(v.strip() for v in args.rope_scaling.split(",") if v.strip()):
         change = {"rope_scaling": scaling, "rope_factor": 1.0, **unset} if scaling == "none" else \
@@ -197,8 +199,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     check_output(args.json, "--json")
     check_output(args.plot, "--plot")
-    if args.rope_scaling is None and any(getattr(args, k) is not None for k in
-                                         ("rope_factor", "rope_beta_fast", "rope_beta_slow", "rope_attn_factor")):
+    if args.rope_scaling is None and any(getattr(args, k) is not None for k in ("rope_factor", *YARN_FLAGS)):
         fail("--rope_factor and the yarn flags go with --rope_scaling=pi|ntk|yarn; add it")
     try:
         lengths = parse_lengths(args.lengths)

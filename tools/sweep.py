@@ -228,13 +228,8 @@ def check_run_settings(config, seed, run_dir, overrides):
 
 def busy_with(run_dir):
     """The live process training run_dir (train.py's lock), as text, or None."""
-    lock = RunLock(run_dir)
-    owner = lock.owner()
-    try:
-        lock.refuse_if_held(owner)
-    except ConfigError:
-        return f"train.py pid {owner[0]} on {owner[1]} holds its lock"
-    return None
+    owner = RunLock(run_dir).live_owner()
+    return f"train.py pid {owner[0]} on {owner[1]} holds its lock" if owner else None
 
 
 def last_error_line(run_dir):

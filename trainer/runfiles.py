@@ -76,10 +76,16 @@ class RunLock:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def live_owner(self, owner=None):
+        """(pid, host) of a holder that may still run (alive here, or on another host), else None
+        (owner: an owner() already read)."""
+        owner = owner or self.owner()
+        return owner if owner is not None and (owner[1] != socket.gethostname() or pid_alive(owner[0])) else None
+
     def refuse_if_held(self, owner=None):
         """ConfigError (one line) when a live process holds the lock (owner: an owner() already read)."""
-        owner = owner or self.owner()
-        if owner is not None and (owner[1] != socket.gethostname() or pid_alive(owner[0])):
+        owner = self.live_owner(owner)
+        if owner is not None:
             raise ConfigError(f"out_dir {os.path.dirname(self.path)} is in use by train.py pid {owner[0]} on "
                               f"{owner[1]} ({self.path}); wait for it to finish or pick another --out_dir")
 
