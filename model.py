@@ -71,6 +71,10 @@ class GPTConfig:
     sparse_global: int = 1        # first blocks every query attends to
     sparse_random: int = 1        # random earlier blocks per query block
     sparse_seed: int = 0          # seed of the random blocks (the layout is saved with the model)
+    # --- sliding window (attention/swa.py) and MoBA (attention/moba.py, blocks of sparse_block) ---
+    sliding_window: int = 256     # swa: keys each query sees, itself included (Mistral 7B: 4096); the cache
+                                  # holds at most this many tokens per layer
+    moba_topk: int = 2            # moba: earlier key blocks each query picks by q . mean(k), besides its own
     # --- gated linear attention (attention/gla.py) ---
     gla_gate: str = "data"        # data (GLA's data-dependent decay) | none (plain linear attention)
     gla_feature_map: str = "identity"  # identity (GLA) | elu (elu + 1)
@@ -236,6 +240,12 @@ class GPT(nn.Module):
         """Formula: cache elements per token, summed over layers."""
         return sum(b.attn.cache_elems_per_token() for b in self.h)
 
+    def cache_elems_per_seq(self, n_tokens: int) -> int:
+        """Formula: elements of the per-token cache after n_tokens, summed over layers (a window's
+        ring stops at its window); the constant state (cache_state_elems) comes on top."""
+        return sum(b.attn.cache_elems_per_token() * min(n_tokens, b.attn.cache_max_tokens() or n_tokens)
+                   for b in self.h)
+
     def cache_state_elems(self) -> int:
         """Constant decoding state (elements, batch 1, all layers): linear attention's
         recurrent state; 0 for K/V caches, which grow per token instead."""
@@ -267,16 +277,19 @@ class GPT(nn.Module):
         cache holds `window` tokens (a slid cache would disagree with a recompute from 0).
         """
         window = self.context_window(max_context)
-        # A constant-state cache (linear attention) cannot drop old tokens: it covers everything
-        # since the cropped prompt, so recomputing starts from the same token to agree with it.
-        first = max(0, idx.size(1) - window) if self.cache_elems_per_token() == 0 else None
+        # A cache that holds all a step needs at any length (linear attention's state, a window's
+        # ring) never drops old tokens' influence: it covers everything since the cropped prompt,
+        # so recomputing starts from the same token to agree with it.
+        any_length = all(b.attn.decodes_any_length for b in self.h)
+        first = max(0, idx.size(1) - window) if any_length else None
         caches = None
         for step in range(max_new_tokens):
             if not use_cache:
                 logits, _ = self(idx[:, first:] if first is not None else idx[:, -window:], last_only=True)
             elif caches is None:
                 context = idx[:, -window:]
-                caches = self.init_caches(idx.size(0), min(window, context.size(1) + max_new_tokens))
+                length = context.size(1) + max_new_tokens
+                caches = self.init_caches(idx.size(0), length if any_length else min(window, length))
                 logits, _ = self(context, caches=caches, last_only=True)
             elif self.config.pos_encoding in ABSOLUTE_POSITIONS and first is None and caches[0].pos >= window:
                 logits, _ = self(idx[:, -window:], last_only=True)

@@ -7,6 +7,8 @@ Where each variant lives (a file is named after the attention= value it serves):
     mla             attention/mla.py   MultiHeadLatentAttention  kernels/flash_attn.py  attention/base.py attend
     bigbird         attention/bigbird.py BlockSparseAttention    kernels/flash_attn.py  attention/bigbird.py
     gla             attention/gla.py   GatedLinearAttention      kernels/gla.py         kernels/gla_chunked.py
+    swa             attention/swa.py   SlidingWindowAttention    kernels/flash_attn.py  attention/swa.py, base.py attend
+    moba            attention/moba.py  MixtureOfBlockAttention   (none: PyTorch)        attention/moba.py
 
 Shared: attention/base.py (the interface, the QKV projection, `attend`), attention/dispatch.py
 (which implementation runs: `choose_impl`, `check_impl_runs_on`), attention/cache.py,
@@ -28,11 +30,14 @@ VARIANTS = {
     "mla": "attention.mla:MultiHeadLatentAttention",
     "bigbird": "attention.bigbird:BlockSparseAttention",
     "gla": "attention.gla:GatedLinearAttention",
+    "swa": "attention.swa:SlidingWindowAttention",
+    "moba": "attention.moba:MixtureOfBlockAttention",
 }
 
 # Keys one variant alone reads that change its shapes: GPTConfig.validate refuses them, set away
 # from their defaults, under any other attention (they would be silently ignored there).
-EXCLUSIVE_KEYS = {"qk_nope_head_dim": "mla", "v_head_dim": "mla", "gla_output_gate": "gla", "gla_norm": "gla"}
+EXCLUSIVE_KEYS = {"qk_nope_head_dim": "mla", "v_head_dim": "mla", "gla_output_gate": "gla", "gla_norm": "gla",
+                  "sliding_window": "swa", "moba_topk": "moba"}
 
 
 def variant_class(name: str):

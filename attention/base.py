@@ -16,6 +16,11 @@ on `Attention` (the ones without a default must be written by every variant):
     cache_elems_per_token() -> int    the cache formula per token per layer (0 if constant). Required.
     cache_state_elems() -> int        a constant decoding state (batch 1), whatever the length.
                                       Default 0 (caches that grow per token).
+    cache_max_tokens() -> int | None  the most tokens the cache holds (swa: its window); None, the
+                                      default, for a cache that grows with every token.
+    decodes_any_length: bool          the cache keeps all a step needs however long the sequence (a
+                                      constant state, a window's ring): decoding never slides or crops
+                                      it. Default False.
     context_within_block_size: bool   the variant is defined only up to block_size tokens, so
                                       decoding cannot slide past it. Default False.
     attn_flops_per_token(seq_len)     training FLOPs of the attention itself, for MFU. Default:
@@ -50,6 +55,7 @@ class Attention(nn.Module):
     """Base class: the hooks of the contract above, with their defaults."""
 
     context_within_block_size = False
+    decodes_any_length = False
 
     @classmethod
     def default_n_kv_head(cls, config) -> int:
@@ -78,6 +84,9 @@ class Attention(nn.Module):
 
     def cache_state_elems(self) -> int:
         return 0
+
+    def cache_max_tokens(self) -> int | None:
+        return None
 
     def kernel_cases(self) -> dict:
         return {"forward": (None, {})}
@@ -192,13 +201,14 @@ class QKVAttention(Attention):
                                                       dropout=self.dropout))}
 
 
-def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
+def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, scale=None,
            dropout_p: float = 0.0, impl: str = "sdpa") -> torch.Tensor:
     """Causal softmax attention by absolute positions.
 
     q: (B, H, Tq, Dqk)   k: (B, Hkv, Tk, Dqk)   v: (B, Hkv, Tk, Dv)   H % Hkv == 0
-    q_pos: (Tq,)  k_pos: (Tk,)   query i sees key j iff k_pos[j] <= q_pos[i]
-    alibi_slopes: (H,) or None    keep: optional bool (Tq, Tk) or (H, Tq, Tk) extra mask
+    q_pos: (Tq,)  k_pos: (Tk,)   query i sees key j iff k_pos[j] <= q_pos[i], in any order of the keys
+    alibi_slopes: (H,) or None    keep: optional bool (Tq, Tk), (H, Tq, Tk) or (B, H, Tq, Tk) extra mask
+    window: optional int W: query i sees only keys with k_pos[j] > q_pos[i] - W (its last W positions)
     Returns (B, H, Tq, Dv).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -210,17 +220,19 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
         if keep is not None:  # the kernel would drop it: a silently wrong result on CUDA only
             raise ValueError("attend: keep= cannot run on the flash kernel, which takes no element mask; declare "
                              "masked=True in the layer's kernel_cases so that dispatch picks PyTorch")
-        from kernels.flash_attn import flash_attention
-        return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes)
+        from kernels.flash_attn import flash_attention  # keys in position order, ending at the last query
+        return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes, window=window)
 
     allowed = k_pos[None, :] <= q_pos[:, None]                       # (Tq, Tk)
+    if window is not None:
+        allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
     if keep is not None:
         allowed = allowed & keep
     bias = alibi_bias(alibi_slopes, q_pos, k_pos) if alibi_slopes is not None else None
 
     if impl == "naive":
         return _naive_attention(q, k, v, allowed, bias, scale, dropout_p)
-    plain_causal = bias is None and keep is None and q.size(2) == k.size(2)
+    plain_causal = bias is None and keep is None and window is None and q.size(2) == k.size(2)
     if plain_causal:
         mask = None
     elif bias is None:
@@ -234,7 +246,7 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, scale=None,
         # a decoding step. Instead fold the G query heads of a KV head onto the query axis:
         #   q (B, H, Tq, D) -> (B, Hkv, G*Tq, D);  mask (Tq, Tk) -> (G*Tq, Tk), (H, Tq, Tk) -> (Hkv, G*Tq, Tk)
         G = H // Hkv
-        mask = mask.repeat(G, 1) if mask.dim() == 2 else mask.reshape(Hkv, G * Tq, -1)
+        mask = mask.repeat(G, 1) if mask.dim() == 2 else mask.reshape(*mask.shape[:-3], Hkv, G * Tq, -1)
         out = F.scaled_dot_product_attention(q.reshape(B, Hkv, G * Tq, -1), k, v, attn_mask=mask,
                                              dropout_p=dropout_p, scale=scale)
         return out.view(B, H, Tq, -1)
@@ -247,8 +259,8 @@ def _naive_attention(q, k, v, allowed, bias, scale, dropout_p):
     B, H, Tq, _ = q.shape
     Hkv = k.size(1)
     qg = q.view(B, Hkv, H // Hkv, Tq, -1)                            # (B, Hkv, G, Tq, D)
-    if allowed.dim() == 3:                                           # per-head mask
-        allowed = allowed.view(Hkv, H // Hkv, Tq, -1)
+    if allowed.dim() >= 3:                                           # per-head (and per-sequence) mask
+        allowed = allowed.view(*allowed.shape[:-3], Hkv, H // Hkv, Tq, -1)
     scores = (qg @ k.unsqueeze(2).transpose(-1, -2)).float() * scale  # (B, Hkv, G, Tq, Tk)
     if bias is not None:
         scores = scores + bias.view(Hkv, H // Hkv, *bias.shape[1:])

@@ -7,6 +7,12 @@ depend only on position differences).
     buffer: (B, ..., max_len, D)   [ oldest ... newest | free ]
                                      <---- length ---->
 
+RingCache (swa): the K/V of the last `window` tokens, slot p % window holding position p; a
+step overwrites the oldest slot instead of shifting the buffer, so keys come back out of
+position order, with their positions (`attend` goes by positions, not by order).
+
+    slots:  [ p=8 | p=9 | p=6 | p=7 ]    window 4, next position 10: writes slot 10 % 4 = 2
+
 KVCache (MHA/GQA/MQA, BigBird, MLA expanded): k (B, Hkv, max_len, Dk), v (B, Hkv, max_len, Dv)
 LatentCache (MLA absorbed): rows [c_kv | k_rope] (B, max_len, kv_lora_rank + rope_head_dim)
 StateCache (linear attention): a constant-size state, whatever the length.
@@ -69,6 +75,50 @@ class LatentCache(SlidingCache):
 
     def __init__(self, batch_size, max_len, row_dim, device, dtype):
         super().__init__([(batch_size, row_dim)], max_len, device, dtype)
+
+
+class RingCache(Cache):
+    def __init__(self, batch_size, n_kv_head, window, max_len, k_dim, v_dim, device, dtype):
+        """At most `window` tokens (fewer slots when max_len, the longest sequence asked for, is shorter)."""
+        self.slots = min(window, max_len)
+        self.window = window
+        self.k = torch.zeros(batch_size, n_kv_head, self.slots, k_dim, device=device, dtype=dtype)
+        self.v = torch.zeros(batch_size, n_kv_head, self.slots, v_dim, device=device, dtype=dtype)
+        self.pos = 0
+
+    def tensors(self):
+        return (self.k, self.v)
+
+    def slot_positions(self) -> torch.Tensor:
+        """(filled,) the position each filled slot holds: the latest p < pos with p % slots == slot."""
+        filled = min(self.pos, self.slots)
+        slot = torch.arange(filled, device=self.k.device)
+        return self.pos - 1 - (self.pos - 1 - slot) % self.slots
+
+    def update(self, k, v):
+        """Add (B, Hkv, T, D) new keys and values; return the keys and values the new queries may
+        read (the cached ones, then the new) and their positions. One token is written first and
+        the whole ring read (the slot it overwrites is one window back, out of its reach)."""
+        T = k.size(-2)
+        if self.slots < self.window and self.pos + T > self.slots:
+            raise ValueError(f"this cache was made for {self.slots} tokens, got {self.pos + T}")
+        if T == 1:
+            self._write(k, v)
+            return self.k[:, :, :min(self.pos, self.slots)], self.v[:, :, :min(self.pos, self.slots)], \
+                self.slot_positions()
+        filled = min(self.pos, self.slots)
+        positions = torch.cat([self.slot_positions(), torch.arange(self.pos, self.pos + T, device=k.device)])
+        keys = torch.cat([self.k[:, :, :filled], k], dim=2)
+        values = torch.cat([self.v[:, :, :filled], v], dim=2)
+        self._write(k, v)
+        return keys, values, positions
+
+    def _write(self, k, v):
+        n = min(k.size(-2), self.slots)  # of a prefill longer than the ring, only the last `slots` stay
+        slots = torch.arange(self.pos + k.size(-2) - n, self.pos + k.size(-2), device=k.device) % self.slots
+        self.k.index_copy_(2, slots, k[:, :, -n:])
+        self.v.index_copy_(2, slots, v[:, :, -n:])
+        self.pos += k.size(-2)
 
 
 class StateCache(Cache):

@@ -45,6 +45,7 @@ GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/
 
 
 class GatedLinearAttention(Attention):
+    decodes_any_length = True  # a constant state
     FEATURE_MAPS = ("identity", "elu")
     GATES = ("data", "none")
     OUTPUT_GATES = ("swish", "none")

@@ -10,7 +10,8 @@ from helpers import POS_ENCODINGS, decode_in_chunks, tiny_model_kwargs
 from model import GPT, GPTConfig
 
 VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
-                  "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8)}
+                  "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8),
+                  "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2)}
 
 
 def accepted(attention, pos_encoding):
@@ -36,7 +37,7 @@ def make_model(attention, pos_encoding):
 
 def test_every_registered_variant_is_checked():
     assert set(VARIANTS) == set(VARIANT_KWARGS)
-    assert len(CASES) >= 28  # gla refuses alibi and learned; the others take all five
+    assert len(CASES) >= 36  # gla refuses alibi and learned, swa learned; the others take all five
 
 
 @pytest.mark.parametrize("attention,pos_encoding", CASES)
@@ -67,9 +68,16 @@ def test_cached_decoding_with_the_output_gate_equals_full_forward(attention, pos
 
 @pytest.mark.parametrize("attention", VARIANT_KWARGS)
 def test_measured_cache_growth_equals_formula(attention):
+    """Bytes of the allocated caches for n tokens = per-token formula x min(n, the most tokens the
+    cache keeps) + the constant state: a cache that grows grows by the formula, a window's ring
+    stops at its window (swa: 8 tokens here), a recurrent state does not grow."""
     model = make_model(attention, "rope")
-    sizes = {n: sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16)) for n in (8, 24)}
-    per_token = (sizes[24] - sizes[8]) / 16
-    assert per_token == model.cache_elems_per_token() * 2              # bf16
-    constant = sizes[8] - 8 * per_token                                 # what does not grow
-    assert constant == model.cache_state_elems() * 4                    # fp32 states (GLA), else 0
+    cap = {"swa": 8}.get(attention)  # written here, not read from the model: the test must be able to fail
+    per_token = model.cache_elems_per_token() * 2                      # bf16
+    state = model.cache_state_elems() * 4                              # fp32 states (GLA), else 0
+    for n in (4, 8, 24):
+        measured = sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16))
+        assert measured == per_token * min(n, cap or n) + state
+        assert model.cache_elems_per_seq(n) * 2 + state == measured
+    if attention != "gla":
+        assert per_token > 0
