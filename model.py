@@ -246,6 +246,11 @@ class GPT(nn.Module):
         return sum(b.attn.cache_elems_per_token() * min(n_tokens, b.attn.cache_max_tokens() or n_tokens)
                    for b in self.h)
 
+    def cache_max_tokens(self) -> int | None:
+        """The fewest tokens a layer's cache stops at (swa: its window), or None if every cache grows."""
+        caps = [b.attn.cache_max_tokens() for b in self.h if b.attn.cache_max_tokens() is not None]
+        return min(caps) if caps else None
+
     def cache_state_elems(self) -> int:
         """Constant decoding state (elements, batch 1, all layers): linear attention's
         recurrent state; 0 for K/V caches, which grow per token instead."""

@@ -24,6 +24,8 @@ Conventions
     granularity `block_size` tokens (default 64); query block qb visits key block kb iff
     layout[.., qb, kb]. It may be larger than needed (it is cropped). Tokens in blocks that are
     off count as masked; causal masking still applies inside the visited blocks.
+  * window W (causal only): query i also needs j > i + Tk - Tq - W (its last W positions); the
+    key tiles wholly before the window are skipped, those across its edge masked.
   * head dims up to 256, any value (padded to a power of two with masks); any sequence length.
 
 Runs natively on CUDA tensors; on CPU tensors only under the Triton interpreter, which needs
@@ -50,10 +52,11 @@ MAX_HEAD_DIM = 256
 
 
 def supports(head_dim_qk: int, head_dim_v: int, dropout: float = 0.0, layout_block: int | None = None,
-             masked: bool = False):
+             masked: bool = False, window: int | None = None):
     """None when flash_attention takes this case, else why not (one phrase, for logs and errors):
     head dims up to MAX_HEAD_DIM, no dropout, no element mask (masked: the path restricts keys
-    token by token), a block layout's granularity a power of two >= 16."""
+    token by token), a block layout's granularity a power of two >= 16; any window (sliding windows
+    are masked in the kernel)."""
     if dropout > 0:
         return "dropout > 0"
     if masked:
@@ -68,11 +71,15 @@ def supports(head_dim_qk: int, head_dim_v: int, dropout: float = 0.0, layout_blo
 # ----------------------------------------------------------------------------- tile ranges
 
 @triton.jit
-def _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk, BLOCK_M: tl.constexpr,
+def _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk, window, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_LAYOUT: tl.constexpr):
-    """Key tiles of a query tile: [0, n_full) are wholly visible (no mask), [n_full, n_end) need
-    the mask. With a layout, all n_end listed tiles (lut[0:n_end]) take the masked path."""
+    """Key tiles of a query tile, in three ranges: [n_lo, n_mid) straddle the window's far edge
+    (masked; empty without a window), [n_mid, n_full) are wholly visible (no mask), [n_full, n_end)
+    straddle the causal diagonal or the end (masked). With a layout, all n_end listed tiles
+    (lut[0:n_end]) take the masked path."""
     lut = LUT
+    n_lo = 0
+    n_mid = 0
     if HAS_LAYOUT:
         lut = LUT + h * lut_sh + pid_m * lut_sm
         n_full = 0
@@ -80,31 +87,42 @@ def _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk, 
     elif CAUSAL:  # the tile's first row sees keys < start_m + Tk - Tq + 1, its last < start_m + BLOCK_M + Tk - Tq
         n_full = tl.maximum(tl.minimum(Tk, start_m + Tk - Tq + 1), 0) // BLOCK_N
         n_end = tl.cdiv(tl.maximum(tl.minimum(Tk, start_m + BLOCK_M + Tk - Tq), 0), BLOCK_N)
+        # the window: the first row sees keys > start_m + Tk - Tq - window, the last row keys
+        # > start_m + BLOCK_M - 1 + Tk - Tq - window; tiles past the last row's edge are whole
+        n_lo = tl.maximum(start_m + Tk - Tq - window + 1, 0) // BLOCK_N
+        n_mid = tl.cdiv(tl.maximum(start_m + BLOCK_M + Tk - Tq - window, 0), BLOCK_N)
+        n_mid = tl.minimum(tl.maximum(n_mid, n_lo), n_full)
     else:
         n_full = Tk // BLOCK_N
         n_end = tl.cdiv(Tk, BLOCK_N)
-    return lut, n_full, n_end
+    return lut, n_lo, n_mid, n_full, n_end
 
 
 @triton.jit
-def _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n, Tq, Tk, BLOCK_M: tl.constexpr,
+def _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n, Tq, Tk, window, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HAS_LAYOUT: tl.constexpr):
-    """Query tiles of a key tile: [m_lo, m_full) straddle the causal diagonal (masked),
-    [m_full, m_end) see the whole key tile. With a layout: lut[0:m_full], masked if causal."""
+    """Query tiles of a key tile, in three ranges: [m_lo, m_full) straddle the causal diagonal
+    (masked), [m_full, m_win) see the whole key tile, [m_win, m_hi) straddle the window's far edge
+    (masked; empty without a window). With a layout: lut[0:m_full], masked if causal."""
     lut = LUT
     m_end = tl.cdiv(Tq, BLOCK_M)
+    m_win = m_end
+    m_hi = m_end
     if HAS_LAYOUT:
         lut = LUT + h * lut_sh + pid_n * lut_sm
         m_lo = 0
         m_full = tl.load(LUT_CNT + h * cnt_sh + pid_n)
-        m_end = 0
-    elif CAUSAL:  # the first query that sees key j is j - (Tk - Tq)
+        m_win = 0
+        m_hi = 0
+    elif CAUSAL:  # the first query that sees key j is j - (Tk - Tq), the last j - (Tk - Tq) + window - 1
         m_lo = tl.maximum(start_n - (Tk - Tq), 0) // BLOCK_M
         m_full = tl.minimum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - (Tk - Tq), 0), BLOCK_M), m_end)
+        m_hi = tl.minimum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - (Tk - Tq) + window, 0), BLOCK_M), m_end)
+        m_win = tl.minimum(tl.maximum(tl.maximum(start_n - (Tk - Tq) + window, 0) // BLOCK_M, m_full), m_hi)
     else:
         m_lo = 0
         m_full = 0
-    return lut, m_lo, m_full, m_end
+    return lut, m_lo, m_full, m_win, m_hi
 
 
 @triton.jit
@@ -126,8 +144,8 @@ def _alibi_slope2(SLOPES, h, HAS_ALIBI: tl.constexpr):
 # ----------------------------------------------------------------------------- forward
 
 @triton.jit
-def _score_tile(q, kt, offs_m, offs_n, Tk, diag, qk_scale, slope2, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
+def _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2, MASKED: tl.constexpr,
+                CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
     """Base-2 scores of a query tile against a key tile, with ALiBi and the masks:
     q [BLOCK_M, BLOCK_DQK], kt [BLOCK_DQK, BLOCK_N] -> [BLOCK_M, BLOCK_N] (-inf where hidden)."""
     s = tl.dot(q, kt, input_precision=DOT_PREC) * qk_scale
@@ -135,21 +153,22 @@ def _score_tile(q, kt, offs_m, offs_n, Tk, diag, qk_scale, slope2, MASKED: tl.co
         s += slope2 * (offs_n[None, :] - (offs_m[:, None] + diag)).to(tl.float32)
     if MASKED:
         visible = offs_n[None, :] < Tk
-        if CAUSAL:
+        if CAUSAL:  # and the window: key j within the last `window` positions of query i
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + diag)
+            visible = visible & (offs_n[None, :] > offs_m[:, None] + diag - window)
         s = tl.where(visible, s, float("-inf"))
     return s
 
 
 @triton.jit
 def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd, stride_vt,
-              stride_vd, Tk, diag, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+              stride_vd, Tk, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
               MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
     """One step of the online softmax: fold the key tile at start_n into (acc, m_i, l_i)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kt = tl.load(K + offs_n[None, :] * stride_kt + offs_dqk[:, None] * stride_kd,
                  mask=(offs_n[None, :] < Tk) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_N]
-    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, qk_scale, slope2,
+    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2,
                     MASKED, CAUSAL, HAS_ALIBI, DOT_PREC)  # [BLOCK_M, BLOCK_N], base-2 logits
     # running max; a row with nothing visible yet keeps m = -inf, so use 0 as its pivot
     m_new = tl.maximum(m_i, tl.max(s, 1))  # [BLOCK_M]
@@ -168,7 +187,7 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride
 def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
                 stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
                 stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh, stride_ot, stride_od,
-                H, GROUP, Tq, Tk, qk_scale,
+                H, GROUP, Tq, Tk, window, qk_scale,
                 DQK: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_ALIBI: tl.constexpr, HAS_LAYOUT: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -195,16 +214,20 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)  # unnormalised output
 
-    lut, n_full, n_end = _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk,
-                                    BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)
-    for nb in range(0, n_full):  # inner tiles: no mask
+    lut, n_lo, n_mid, n_full, n_end = _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk,
+                                                 window, BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)
+    for nb in range(n_lo, n_mid):  # the window's far edge: masked
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
-                                  stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
+                                  stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
+                                  DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
+    for nb in range(n_mid, n_full):  # inner tiles: no mask
+        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
+                                  stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
                                   DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, DOT_PREC)
     for i in range(n_full, n_end):  # diagonal / ragged / block-sparse tiles: masked
         nb = _listed_tile(lut, i, HAS_LAYOUT)
         acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
-                                  stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
+                                  stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
                                   DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
 
     # epilogue: normalise; rows that saw no key get o = 0 and lse = -inf
@@ -247,7 +270,7 @@ def _load_lse2(LSE, offs, T):
 
 @triton.jit
 def _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, offs_dqk, offs_dv, stride_qt, stride_qd,
-               stride_dot, stride_dod, Tq, diag, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr,
+               stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr,
                BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
     """Add the contribution of the query tile at start_m to this key tile's dK and dV."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -261,8 +284,9 @@ def _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, offs_dqk, offs_
     st = tl.dot(k, qt, input_precision=DOT_PREC) * qk_scale  # [BLOCK_N, BLOCK_M]
     if HAS_ALIBI:
         st += slope2 * (offs_n[:, None] - (offs_m[None, :] + diag)).to(tl.float32)
-    if MASKED:  # causal only: keys past Tk do not matter here (their rows are never stored)
-        st = tl.where(offs_n[:, None] <= offs_m[None, :] + diag, st, float("-inf"))
+    if MASKED:  # causal only (and the window): keys past Tk do not matter here (their rows are never stored)
+        visible = (offs_n[:, None] <= offs_m[None, :] + diag) & (offs_n[:, None] > offs_m[None, :] + diag - window)
+        st = tl.where(visible, st, float("-inf"))
     pt = tl.exp2(st - lse2[None, :])  # [BLOCK_N, BLOCK_M]
     dv = tl.dot(pt.to(do.dtype), do, dv, input_precision=DOT_PREC)  # dV += P^T dO (accumulated in the dot)
     dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)  # dP^T = V dO^T  [BLOCK_N, BLOCK_M]
@@ -276,7 +300,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut
                      stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
                      stride_vb, stride_vh, stride_vt, stride_vd, stride_dob, stride_doh, stride_dot, stride_dod,
                      stride_dkb, stride_dkh, stride_dkt, stride_dkd, stride_dvb, stride_dvh, stride_dvt, stride_dvd,
-                     H, HKV, GROUP, Tq, Tk, sm_scale, qk_scale,
+                     H, HKV, GROUP, Tq, Tk, window, sm_scale, qk_scale,
                      DQK: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_LAYOUT: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -305,17 +329,21 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut
         LSEh = LSE + (b * H + h).to(tl.int64) * Tq
         DELTAh = DELTA + (b * H + h).to(tl.int64) * Tq
         slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
-        lut, m_lo, m_full, m_end = _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n, Tq, Tk,
-                                                BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)
+        lut, m_lo, m_full, m_win, m_hi = _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n,
+                                                      Tq, Tk, window, BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)
         for i in range(m_lo, m_full):  # diagonal / block-sparse tiles: causal mask
             mb = _listed_tile(lut, i, HAS_LAYOUT)
             dk, dv = _dkdv_tile(dk, dv, k, v, Qh, DOh, LSEh, DELTAh, mb * BLOCK_M, offs_n, offs_dqk, offs_dv,
-                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, qk_scale, slope2,
+                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2,
                                 DQK, DV, BLOCK_M, CAUSAL, HAS_ALIBI, DOT_PREC)
-        for mb in range(m_full, m_end):  # tiles below the diagonal (all, when not causal): no mask
+        for mb in range(m_full, m_win):  # tiles below the diagonal (all, when not causal): no mask
             dk, dv = _dkdv_tile(dk, dv, k, v, Qh, DOh, LSEh, DELTAh, mb * BLOCK_M, offs_n, offs_dqk, offs_dv,
-                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, qk_scale, slope2,
+                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2,
                                 DQK, DV, BLOCK_M, False, HAS_ALIBI, DOT_PREC)
+        for mb in range(m_win, m_hi):  # the window's far edge: masked
+            dk, dv = _dkdv_tile(dk, dv, k, v, Qh, DOh, LSEh, DELTAh, mb * BLOCK_M, offs_n, offs_dqk, offs_dv,
+                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2,
+                                DQK, DV, BLOCK_M, True, HAS_ALIBI, DOT_PREC)
 
     tl.store(DK + b.to(tl.int64) * stride_dkb + hkv.to(tl.int64) * stride_dkh + offs_n[:, None] * stride_dkt
              + offs_dqk[None, :] * stride_dkd, (dk * sm_scale).to(DK.dtype.element_ty), mask=mask_k)
@@ -325,7 +353,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut
 
 @triton.jit
 def _dq_tile(dq, q, do, lse2, delta, K, V, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd, stride_vt,
-             stride_vd, Tk, diag, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+             stride_vd, Tk, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
              MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
     """Add the contribution of the key tile at start_n to this query tile's dQ."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -333,7 +361,7 @@ def _dq_tile(dq, q, do, lse2, delta, K, V, start_n, offs_m, offs_dqk, offs_dv, s
                  mask=(offs_n[None, :] < Tk) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_N]
     vt = tl.load(V + offs_n[None, :] * stride_vt + offs_dv[:, None] * stride_vd,
                  mask=(offs_n[None, :] < Tk) & (offs_dv[:, None] < DV), other=0.0)  # [BLOCK_DV, BLOCK_N]
-    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, qk_scale, slope2,
+    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2,
                     MASKED, CAUSAL, HAS_ALIBI, DOT_PREC)  # [BLOCK_M, BLOCK_N]
     p = tl.exp2(s - lse2[:, None])
     dp = tl.dot(do, vt, input_precision=DOT_PREC)  # dP = dO V^T  [BLOCK_M, BLOCK_N]
@@ -346,7 +374,7 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lu
                    stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
                    stride_vb, stride_vh, stride_vt, stride_vd, stride_dob, stride_doh, stride_dot, stride_dod,
                    stride_dqb, stride_dqh, stride_dqt, stride_dqd,
-                   H, GROUP, Tq, Tk, sm_scale, qk_scale,
+                   H, GROUP, Tq, Tk, window, sm_scale, qk_scale,
                    DQK: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
                    HAS_ALIBI: tl.constexpr, HAS_LAYOUT: tl.constexpr, DOT_PREC: tl.constexpr):
@@ -373,16 +401,20 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lu
     slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], tl.float32)
 
-    lut, n_full, n_end = _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk,
-                                    BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)  # same tiles as the forward
-    for nb in range(0, n_full):
+    lut, n_lo, n_mid, n_full, n_end = _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk,
+                                                 window, BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)  # as the forward
+    for nb in range(n_lo, n_mid):
         dq = _dq_tile(dq, q, do, lse2, delta, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv, stride_kt,
-                      stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
+                      stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
+                      DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
+    for nb in range(n_mid, n_full):
+        dq = _dq_tile(dq, q, do, lse2, delta, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv, stride_kt,
+                      stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
                       DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, DOT_PREC)
     for i in range(n_full, n_end):
         nb = _listed_tile(lut, i, HAS_LAYOUT)
         dq = _dq_tile(dq, q, do, lse2, delta, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv, stride_kt,
-                      stride_kd, stride_vt, stride_vd, Tk, diag, qk_scale, slope2,
+                      stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
                       DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
 
     tl.store(DQ + b * stride_dqb + h.to(tl.int64) * stride_dqh + offs_m[:, None] * stride_dqt
@@ -536,21 +568,21 @@ def _case(q, k):
     return p2(q.shape[0] * q.shape[1]), p2(q.shape[2]), p2(k.shape[2])
 
 
-def _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs):
+def _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs, window):
     B, H, Tq, _ = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
     o = torch.empty((B, H, Tq, Dv), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, Tq), device=q.device, dtype=torch.float32)
     meta = _meta(q, v, causal, alibi, lists)
     args = (q, k, v, o, lse, alibi if alibi is not None else q, *_lut_args(lists, False, q),
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, H // Hkv, Tq, Tk, sm_scale * LOG2E)
+            *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, H // Hkv, Tq, Tk, window, sm_scale * LOG2E)
     _launch(_fwd_kernel, "fwd", lambda bm, bn: (triton.cdiv(Tq, bm), B * H), args,
             max(meta["BLOCK_DQK"], meta["BLOCK_DV"]), q.dtype, bs if lists is not None else None, _case(q, k),
             **meta)
     return o, lse
 
 
-def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs):
+def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs, window):
     B, H, Tq, _ = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -564,12 +596,12 @@ def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs):
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     # 2. dK, dV: one program per key tile and KV head
     args = (q, k, v, do, dk, dv, lse, delta, slopes, *_lut_args(lists, True, q), *strides, *dk.stride(),
-            *dv.stride(), H, Hkv, H // Hkv, Tq, Tk, sm_scale, sm_scale * LOG2E)
+            *dv.stride(), H, Hkv, H // Hkv, Tq, Tk, window, sm_scale, sm_scale * LOG2E)
     _launch(_bwd_dkdv_kernel, "dkdv", lambda bm, bn: (triton.cdiv(Tk, bn), B * Hkv), args, dmax, q.dtype,
             layout_bs, _case(q, k), **meta)
     # 3. dQ: one program per query tile and query head
     args = (q, k, v, do, dq, lse, delta, slopes, *_lut_args(lists, False, q), *strides, *dq.stride(),
-            H, H // Hkv, Tq, Tk, sm_scale, sm_scale * LOG2E)
+            H, H // Hkv, Tq, Tk, window, sm_scale, sm_scale * LOG2E)
     _launch(_bwd_dq_kernel, "dq", lambda bm, bn: (triton.cdiv(Tq, bm), B * H), args, dmax, q.dtype,
             layout_bs, _case(q, k), **meta)
     return dq, dk, dv
@@ -577,10 +609,10 @@ def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs):
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, alibi, lists, bs):
-        o, lse = _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs)
+    def forward(ctx, q, k, v, causal, sm_scale, alibi, lists, bs, window):
+        o, lse = _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs, window)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.args = (causal, sm_scale, alibi, lists, bs)
+        ctx.args = (causal, sm_scale, alibi, lists, bs, window)
         ctx.mark_non_differentiable(lse)
         return o, lse
 
@@ -588,15 +620,16 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx, do, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = _flash_bwd(do, q, k, v, o, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 @torch.compiler.disable
 def flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
-                    *, block_size=64, return_lse=False):
+                    *, block_size=64, window=None, return_lse=False):
     """FlashAttention-2 (see the module docstring). Returns o (B, H, Tq, Dv) in q's dtype, or
     (o, lse) with lse (B, H, Tq) fp32 in natural log when return_lse. Differentiable in q, k, v.
-    softmax_scale defaults to 1/sqrt(Dqk); block_size is the granularity of block_layout."""
+    softmax_scale defaults to 1/sqrt(Dqk); block_size is the granularity of block_layout;
+    window W (causal only): each query sees only the keys of its last W positions."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v must be (batch, heads, time, dim)")
     B, H, Tq, Dqk = q.shape
@@ -620,8 +653,12 @@ def flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None,
         alibi = alibi_slopes.to(device=q.device, dtype=torch.float32).contiguous()
         if alibi.shape != (H,):
             raise ValueError(f"alibi_slopes must be ({H},); got {tuple(alibi_slopes.shape)}")
+    if window is not None and (not causal or block_layout is not None or int(window) < 1):
+        raise ValueError(f"window={window} needs causal=True, no block_layout and a value >= 1")
+    # no window: one longer than any query-key distance, so the same masks and tile ranges serve
+    win = int(window) if window is not None else Tq + k.shape[2] + 1
     lists = None
     if block_layout is not None:
         lists = _layout_lists(block_layout, H, Tq, Tk=k.shape[2], bs=block_size, causal=causal, device=q.device)
-    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale), alibi, lists, block_size)
+    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale), alibi, lists, block_size, win)
     return (o, lse) if return_lse else o

@@ -16,7 +16,7 @@ from kernels.gla_chunked import in_fp32
 
 
 def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
-                        return_lse=False, *, block_size=64):
+                        return_lse=False, *, block_size=64, window=None):
     """Reference for kernels.flash_attn.flash_attention, same conventions.
 
     q (B, H, Tq, Dqk), k (B, Hkv, Tk, Dqk), v (B, Hkv, Tk, Dv), H a multiple of Hkv.
@@ -24,6 +24,7 @@ def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=N
     - alibi_slopes (H,): bias = slope[h] * (j - (i + Tk - Tq)) for all pairs.
     - block_layout (nq, nk) or (H, nq, nk) at granularity block_size tokens (cropped to the
       sequence lengths): key j is visible to query i only if layout[.., i // bs, j // bs].
+    - window W: query i sees key j only if j > i + Tk - Tq - W (its last W positions).
     - A query row with no visible key gets output 0 (and lse = -inf).
     Computes in fp32 and returns o in q's dtype; lse (B, H, Tq) fp32 when return_lse.
     Differentiable in q, k, v.
@@ -46,6 +47,8 @@ def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=N
     visible = torch.ones(1, 1, Tq, Tk, dtype=torch.bool, device=q.device)
     if causal:
         visible = visible & (j <= i_abs)
+    if window is not None:
+        visible = visible & (j > i_abs - window)
     if block_layout is not None:
         lay = block_layout.to(device=q.device, dtype=torch.bool)
         lay = lay if lay.dim() == 3 else lay[None]

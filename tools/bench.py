@@ -81,9 +81,10 @@ def bench_variant(path, args, device):
     dec = n_new / (median_ms(decode(True), args.repeats, warmup=0) / 1e3)
     dec_nc = n_new / (median_ms(decode(False), args.repeats, warmup=0) / 1e3)
 
-    # cache size: the slope of allocated bytes against length separates per-token from constant state
+    # cache size: the slope of allocated bytes against length separates per-token from constant state,
+    # measured below the shortest window (a window's cache stops growing there)
     dtype = next(model.parameters()).dtype
-    l2 = min(128, config.block_size)
+    l2 = min(128, config.block_size, model.cache_max_tokens() or 128)
     l1 = l2 // 2
     b1, b2 = cache_bytes(model, l1, dtype), cache_bytes(model, l2, dtype)
     per_token = (b2 - b1) / (l2 - l1)

@@ -142,16 +142,16 @@ def plan_row(path: str, model: GPT, opts: dict) -> dict:
     params = model.num_params()
     attn_params = sum(p.numel() for b in model.h for p in b.attn.parameters())
     flops = model.flops_per_token(context)
-    keys = [b.attn.keys_per_query(context) for b in model.h if hasattr(b.attn, "keys_per_query")]
+    keys = keys_per_query(model, context)
     per_token = model.cache_elems_per_token() * itemsize
     state = model.cache_state_elems() * StateCache.dtype.itemsize
     weight_bytes = params * itemsize
-    seq_bytes = per_token * context + state
-    max_batch = int((opts["memory"] - weight_bytes) // seq_bytes)
-    # A decode step reads every weight once and each sequence's cache (BigBird: only the keys
-    # of the selected blocks, though its cache holds the whole context); a recurrent state is
-    # read and written back every step.
-    read_per_seq = per_token * (max(keys) if keys else context) + 2 * state
+    cache_seq = model.cache_elems_per_seq(context) * itemsize  # swa: flat once the window is full
+    max_batch = int((opts["memory"] - weight_bytes) // (cache_seq + state))
+    # A decode step reads every weight once and each sequence's cache (the sparse variants: only
+    # the keys they read, though BigBird's and MoBA's caches hold the whole context); a recurrent
+    # state is read and written back every step.
+    read_per_seq = per_token * (keys or 0) + 2 * state
 
     def decode_bound(b):
         return b * opts["bandwidth"] / (weight_bytes + b * read_per_seq) if 1 <= b <= max_batch else None
@@ -160,13 +160,23 @@ def plan_row(path: str, model: GPT, opts: dict) -> dict:
             "context": context, "batch": batch, "train_flops_per_token": flops,
             "attn_flops_per_token": flops - 6 * params,
             "train_step_s": batch * context * flops / (opts["peak_tflops"] * opts["mfu"]),
-            "kv_cache_bytes_per_token": per_token, "kv_cache_bytes_per_seq": per_token * context,
+            "kv_cache_bytes_per_token": per_token, "kv_cache_bytes_per_seq": cache_seq,
             "cache_state_bytes": state, "weight_bytes": weight_bytes, "max_decode_batch": max_batch,
             "decode_tokens_per_sec_bound": decode_bound(batch),
             "decode_tokens_per_sec_bound_max_batch": decode_bound(max_batch),
-            "bigbird_keys_per_query": max(keys) if keys else None, "vocab_size": model.config.vocab_size,
+            "keys_per_query": keys, "vocab_size": model.config.vocab_size,
             "dtype": opts["dtype_name"], "memory_bytes": opts["memory"],
             "bandwidth_bytes_per_sec": opts["bandwidth"], "peak_flops": opts["peak_tflops"], "mfu": opts["mfu"]}
+
+
+def keys_per_query(model: GPT, context: int) -> int | None:
+    """Keys the last query of a sequence of `context` tokens reads, the most over layers: all of them
+    for dense attention, the window (swa), the selected or chosen blocks (BigBird, MoBA); None for a
+    layer that reads a state instead (GLA)."""
+    keys = [b.attn.keys_per_query(context) if hasattr(b.attn, "keys_per_query") else
+            None if b.attn.cache_elems_per_token() == 0 else context for b in model.h]
+    keys = [k for k in keys if k is not None]
+    return max(keys) if keys else None
 
 
 def fmt_count(n: float) -> str:
@@ -191,7 +201,7 @@ def print_table(rows: list, opts: dict):
     b = opts["batch"]
     print(f"| variant | attention | params | attn params | train GFLOP/token (attn) | train step s (batch {b}) "
           f"| cache/token | cache/seq | state/seq | max decode batch | decode tok/s <= (batch {b}) "
-          f"| decode tok/s <= (max batch) | BigBird keys/query |")
+          f"| decode tok/s <= (max batch) | keys/query |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['variant']} | {r['attention']}, {r['pos_encoding']} | {fmt_count(r['params'])} "
@@ -201,7 +211,7 @@ def print_table(rows: list, opts: dict):
               f"| {fmt_bytes(r['cache_state_bytes'])} | {r['max_decode_batch']:,} "
               f"| {fmt_rate(r['decode_tokens_per_sec_bound'])} "
               f"| {fmt_rate(r['decode_tokens_per_sec_bound_max_batch'])} "
-              f"| {r['bigbird_keys_per_query'] or ''} |")
+              f"| {r['keys_per_query'] or '-'} |")
 
 
 def print_assumptions(opts: dict):
@@ -210,14 +220,16 @@ def print_assumptions(opts: dict):
 Assumptions: context {c:,} tokens; weights and K/V cache in {dt} ({opts['dtype'].itemsize} bytes), GLA's state
 in fp32 as the model keeps it; vocab_size {opts['vocab_size']:,} (--vocab_size to change).
 - params: every parameter, the tied embedding once; attn params: the attention layers only.
-- train FLOPs/token: 6 x params + each layer's attention over {c:,} keys (BigBird: its selected keys; GLA:
-  its chunk and state), the count the model's MFU uses (GPT.flops_per_token; causal half not subtracted).
+- train FLOPs/token: 6 x params + each layer's attention over {c:,} keys (BigBird, MoBA: their selected keys,
+  MoBA's block gates too; swa: its window; GLA: its chunk and state), the count the model's MFU uses
+  (GPT.flops_per_token; causal half not subtracted).
   Step time: batch x context x FLOPs / ({opts['peak_tflops'] / 1e12:g} TFLOP/s x MFU {opts['mfu']:g}).
 - memory {opts['memory'] / 1e9:g} GB holds the weights, then the decode cache of each sequence (cache/seq +
   state/seq); activations, framework overhead and fragmentation are not counted: max decode batch is an upper limit.
 - decode tok/s <=: memory-bound at {opts['bandwidth'] / 1e12:g} TB/s: each step reads all weights once and each
-  sequence's cache (BigBird only its selected keys; GLA reads and writes its state), batch x bandwidth / bytes
-  moved; compute ignored.
+  sequence's cache (keys/query of it: BigBird and MoBA their blocks, swa its window; GLA reads and writes its
+  state; MoBA's block means, one key per block, not counted), batch x bandwidth / bytes moved; compute ignored.
+- cache/seq: what the cache holds at {c:,} tokens (swa stops at its window; BigBird and MoBA keep every key).
 - several devices: pass the totals (e.g. 8 x H100: --memory=640GB --bandwidth=26.8TB/s --peak_tflops=7912).""")
 
 

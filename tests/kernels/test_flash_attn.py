@@ -114,6 +114,47 @@ def test_block_layout_matches_reference(case):
                                block_size=bs)
 
 
+WINDOW_CASES = [  # (B, H, Hkv, Tq, Tk, window, alibi): windows below, across and above the tile sizes
+    (1, 2, 2, 70, 70, 5, False),
+    (2, 2, 2, 64, 64, 1, True),     # each query sees only itself
+    (1, 4, 2, 29, 53, 20, True),    # GQA, Tq < Tk (bottom-right aligned), ALiBi
+    (1, 2, 2, 45, 45, 33, False),   # a window longer than a tile
+    (1, 2, 1, 1, 50, 16, False),    # one query (decode-like), MQA
+    (1, 2, 2, 40, 40, 100, False),  # a window longer than the sequence: plain causal
+]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: "B{}H{}kv{}Tq{}Tk{}w{}{}".format(
+    *c[:6], "-alibi" if c[6] else ""))
+def test_sliding_window_matches_reference(case):
+    B, H, Hkv, Tq, Tk, window, alibi = case
+    q, k, v, do = _inputs(B, H, Hkv, Tq, Tk, 32, 32, seed=3)
+    slopes = torch.linspace(0.05, 0.6, H, device=DEVICE) if alibi else None
+    _assert_close_to_reference(q, k, v, do, causal=True, alibi_slopes=slopes, window=window)
+
+
+def test_window_reference_is_the_band_mask():
+    """The reference's window, against scores masked by an explicit double loop over (i, j)."""
+    q, k, v, _ = _inputs(1, 1, 1, 9, 12, 8, 8, seed=4)
+    W, diag = 3, 12 - 9
+    scores = (q[0, 0] @ k[0, 0].T) / 8 ** 0.5
+    for i in range(9):
+        for j in range(12):
+            if not i + diag - W < j <= i + diag:
+                scores[i, j] = float("-inf")
+    expected = scores.softmax(-1) @ v[0, 0]
+    got = attention_reference(q, k, v, causal=True, window=W)[0, 0]
+    assert (got - expected).abs().max().item() <= 1e-6
+
+
+def test_window_needs_causal_and_no_layout():
+    q, k, v, _ = _inputs(1, 2, 2, 16, 16, 16, 16)
+    for kw in (dict(causal=False, window=4), dict(window=0),
+               dict(window=4, block_layout=torch.ones(1, 1, dtype=torch.bool), block_size=16)):
+        with pytest.raises(ValueError, match="window"):
+            flash_attention(q, k, v, **kw)
+
+
 def test_dense_layout_equals_dense():
     q, k, v, do = _inputs(1, 2, 2, 40, 40, 32, 32)
     dense = flash_attention(q, k, v, causal=True)

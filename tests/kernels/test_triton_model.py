@@ -37,8 +37,11 @@ def train_losses(attn_impl, steps=4, block_size=24, **kw):
                                 # 4 blocks of 16: block 3 sees 0 (global), 2 and 3, not 1; the
                                 # last block is ragged (T = 63)
                                 dict(attention="bigbird", pos_encoding="alibi", n_kv_head=2, block_size=64,
-                                     sparse_block=16, sparse_window=2, sparse_global=1, sparse_random=0)],
-                         ids=["gqa-rope", "mha-alibi", "mla-rope", "bigbird-alibi-gqa"])
+                                     sparse_block=16, sparse_window=2, sparse_global=1, sparse_random=0),
+                                # a window of 9 across the interpreter's 16/32 tiles; sdpa runs the
+                                # chunked path there (T = 23 > 2 * 9)
+                                dict(attention="swa", pos_encoding="alibi", n_kv_head=2, sliding_window=9)],
+                         ids=["gqa-rope", "mha-alibi", "mla-rope", "bigbird-alibi-gqa", "swa-alibi-gqa"])
 def test_triton_training_matches_sdpa(kw):
     triton_losses, sdpa_losses = train_losses("triton", **kw), train_losses("sdpa", **kw)
     assert max(abs(a - b) for a, b in zip(triton_losses, sdpa_losses)) <= 1e-4

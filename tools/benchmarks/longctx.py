@@ -1,14 +1,16 @@
 """Long-context cost of every variant in one command: training tokens/s and peak memory at
 T = 1k, 4k, 8k, and decoding ms/token after 256, 4k and 16k tokens of context.
 
-    python -m tools.bench --suite=longctx                                   # config/{mha,gqa,mqa,mla,bigbird,gla}.py
+    python -m tools.bench --suite=longctx                     # config/{mha,gqa,mqa,mla,bigbird,swa,moba,gla}.py
     python -m tools.bench --suite=longctx config/mha.py config/gla.py --json longctx.json
     python -m tools.bench --suite=longctx --quick                           # tiny sizes: a smoke test
 
 Each variant is built from its config file (the keys train.py takes), at a common width
 (--set overrides, default --n_layer=2 --n_embd=256 --n_head=4) with block_size raised to the
-longest length, on random tokens. BigBird runs in blocks of 64 (window 3, global 1, random 1;
-its config's 8-token blocks are sized for context 64).
+longest length, on random tokens. The sparse variants run at settings sized for long context
+(their configs' are sized for context 64), each reading about 256-320 keys per query: BigBird in
+blocks of 64 (window 3, global 1, random 1: 320 keys), swa a window of 256, MoBA blocks of 64 with
+its own and 3 chosen (256 keys).
 - Training: one forward + backward + AdamW step at batch 1 and length T; tokens/s from the
   median of --repeats steps after a warm-up; peak memory is what one step allocates beyond
   the model and optimizer (CUDA: max_memory_allocated; CPU: harness.PeakMemory, every tensor
@@ -41,14 +43,20 @@ from tools.benchmarks.harness import (
 from trainer.settings import MODEL_KEYS, parse_keys
 
 DEFAULT_CONFIGS = ["config/mha.py", "config/gqa.py", "config/mqa.py", "config/mla.py", "config/bigbird.py",
-                   "config/gla.py"]
+                   "config/swa.py", "config/moba.py", "config/gla.py"]
 WIDTH = ["--n_layer=2", "--n_embd=256", "--n_head=4"]
-LONG_BIGBIRD = {"sparse_block": 64, "sparse_window": 3, "sparse_global": 1, "sparse_random": 1}
+# attention -> (its long-context settings, the same for --quick's short lengths)
+LONG_SETTINGS = {
+    "bigbird": ({"sparse_block": 64, "sparse_window": 3, "sparse_global": 1, "sparse_random": 1},
+                {"sparse_block": 16, "sparse_window": 3, "sparse_global": 1, "sparse_random": 1}),
+    "swa": ({"sliding_window": 256}, {"sliding_window": 16}),
+    "moba": ({"sparse_block": 64, "moba_topk": 3}, {"sparse_block": 8, "moba_topk": 2}),
+}
 
 
 def parse_args(argv):
     p = parser(__doc__)
-    p.add_argument("configs", nargs="*", help="config files (default: the six variants)")
+    p.add_argument("configs", nargs="*", help="config files (default: the eight variants)")
     p.add_argument("--train_lens", default="1024,4096,8192")
     p.add_argument("--contexts", default="256,4096,16384")
     p.add_argument("--repeats", type=int, default=3, help="timed training steps per length")
@@ -72,8 +80,8 @@ def model_config(path, args, max_len):
     """GPTConfig of a config file at the benchmark's width and length (ConfigError/ValueError if bad)."""
     cfg = parse_keys([path, *WIDTH, *args.overrides])
     model_keys = {k: cfg[k] for k in MODEL_KEYS}
-    if model_keys["attention"] == "bigbird":
-        model_keys.update(LONG_BIGBIRD if not args.quick else {**LONG_BIGBIRD, "sparse_block": 16})
+    if model_keys["attention"] in LONG_SETTINGS:
+        model_keys.update(LONG_SETTINGS[model_keys["attention"]][1 if args.quick else 0])
     model_keys["block_size"] = max_len
     return GPTConfig(vocab_size=args.vocab_size, **model_keys)
 
