@@ -110,7 +110,8 @@ def torchrun(data_root, out, *extra):
                         "train.py", *train_args(data_root, out, "--eval_interval=10", "--gradient_accumulation_steps=2",
                                                 *extra)],
                        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-2000:]
+    # the whole of stderr: a rank's crash (its signal, its traceback) shows among every rank's lines
+    assert r.returncode == 0, f"torchrun exit {r.returncode}\n{r.stderr}"
     return read_log(out)
 
 
