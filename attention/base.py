@@ -213,7 +213,7 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, 
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     if record.state is not None:  # analyze.py is recording: plain math that keeps the probabilities
-        return record.recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p)
+        return record.recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p, window)
     # The kernel aligns causality bottom-right, which is what positions mean here: the
     # keys of a cache are contiguous and end at the last query.
     if impl == "triton":  # attention/dispatch.py chose it: no keep mask, no dropout

@@ -84,41 +84,44 @@ class RingCache(Cache):
         self.window = window
         self.k = torch.zeros(batch_size, n_kv_head, self.slots, k_dim, device=device, dtype=dtype)
         self.v = torch.zeros(batch_size, n_kv_head, self.slots, v_dim, device=device, dtype=dtype)
-        self.pos = 0
+        self.pos = 0      # absolute position of the next token (a caller may start it anywhere)
+        self.length = 0   # filled slots
+        self.origin = 0   # the position of the first token written: slot (p - origin) % slots holds p
 
     def tensors(self):
         return (self.k, self.v)
 
     def slot_positions(self) -> torch.Tensor:
-        """(filled,) the position each filled slot holds: the latest p < pos with p % slots == slot."""
-        filled = min(self.pos, self.slots)
-        slot = torch.arange(filled, device=self.k.device)
-        return self.pos - 1 - (self.pos - 1 - slot) % self.slots
+        """(length,) the position each filled slot holds: the latest p < pos in that slot."""
+        slot = torch.arange(self.length, device=self.k.device)
+        return self.pos - 1 - (self.pos - 1 - self.origin - slot) % self.slots
 
     def update(self, k, v):
         """Add (B, Hkv, T, D) new keys and values; return the keys and values the new queries may
         read (the cached ones, then the new) and their positions. One token is written first and
         the whole ring read (the slot it overwrites is one window back, out of its reach)."""
         T = k.size(-2)
-        if self.slots < self.window and self.pos + T > self.slots:
-            raise ValueError(f"this cache was made for {self.slots} tokens, got {self.pos + T}")
+        if self.slots < self.window and self.length + T > self.slots:
+            raise ValueError(f"this cache was made for {self.slots} tokens, got {self.length + T}")
         if T == 1:
             self._write(k, v)
-            return self.k[:, :, :min(self.pos, self.slots)], self.v[:, :, :min(self.pos, self.slots)], \
-                self.slot_positions()
-        filled = min(self.pos, self.slots)
+            return self.k[:, :, :self.length], self.v[:, :, :self.length], self.slot_positions()
         positions = torch.cat([self.slot_positions(), torch.arange(self.pos, self.pos + T, device=k.device)])
-        keys = torch.cat([self.k[:, :, :filled], k], dim=2)
-        values = torch.cat([self.v[:, :, :filled], v], dim=2)
+        keys = torch.cat([self.k[:, :, :self.length], k], dim=2)
+        values = torch.cat([self.v[:, :, :self.length], v], dim=2)
         self._write(k, v)
         return keys, values, positions
 
     def _write(self, k, v):
-        n = min(k.size(-2), self.slots)  # of a prefill longer than the ring, only the last `slots` stay
-        slots = torch.arange(self.pos + k.size(-2) - n, self.pos + k.size(-2), device=k.device) % self.slots
+        if self.length == 0:
+            self.origin = self.pos
+        T = k.size(-2)
+        n = min(T, self.slots)  # of a prefill longer than the ring, only the last `slots` stay
+        slots = (torch.arange(self.pos + T - n, self.pos + T, device=k.device) - self.origin) % self.slots
         self.k.index_copy_(2, slots, k[:, :, -n:])
         self.v.index_copy_(2, slots, v[:, :, -n:])
-        self.pos += k.size(-2)
+        self.pos += T
+        self.length = min(self.length + T, self.slots)
 
 
 class StateCache(Cache):

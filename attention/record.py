@@ -40,11 +40,13 @@ def record_linear(q, k, g, pos, scale):
                                       "g": None if g is None else g.detach().float()})
 
 
-def recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p):
+def recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p, window=None):
     """`attend` in plain math, keeping the probabilities (see record_attention)."""
     G = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)   # a KV head per query head
     allowed = k_pos[None, :] <= q_pos[:, None]
+    if window is not None:
+        allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
     if keep is not None:
         allowed = allowed & keep
     scores = (q.float() @ k.float().transpose(-1, -2)) * scale          # (B, H, Tq, Tk)

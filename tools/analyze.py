@@ -106,7 +106,8 @@ def load_inputs(args):
 def forward_at(model, idx, start, force_uniform=False):
     """Run idx (B, T) as if it stood at positions start..start+T-1, from an empty cache (so
     nothing comes before it), recording every layer. Returns per layer (weights (B, H, T, T),
-    visible (H or 1, T, T) bool); weights are probabilities, or GLA's effective weights.
+    visible (H or 1, T, T) bool, or (B, H, T, T) where each sequence has its own (MoBA's chosen blocks));
+    weights are probabilities, or GLA's effective weights.
     force_uniform: attention.record.record_attention's test hook (softmax layers only)."""
     caches = model.init_caches(idx.size(0), idx.size(1))
     for cache in caches:
@@ -119,7 +120,7 @@ def forward_at(model, idx, start, force_uniform=False):
 def layer_weights(record):
     if "probs" in record:
         allowed = record["allowed"]
-        return record["probs"], allowed if allowed.dim() == 3 else allowed[None]
+        return record["probs"], allowed if allowed.dim() >= 3 else allowed[None]
     return linear_attention_weights(record["q"], record["k"], record["g"], record["scale"])
 
 
@@ -157,6 +158,10 @@ class DistanceStats:
 
     def add(self, weights, visible, tokens):
         B, H, T, _ = weights.shape
+        if visible.dim() == 4:  # a mask per sequence: one sequence at a time
+            for b in range(B):
+                self.add(weights[b:b + 1], visible[b], tokens[b:b + 1])
+            return
         visible = visible.expand(H, T, T)
         dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).expand(H, T, T)
         d, w = dist[visible], weights.double().permute(1, 2, 3, 0)[visible]   # (pairs,), (pairs, B)
@@ -289,6 +294,7 @@ def plot_maps(path, model, prompt_ids, layers, tokenizer):
     fig, axes = plt.subplots(len(layers), len(heads), figsize=(2.4 * len(heads), 2.4 * len(layers)), squeeze=False)
     for row, layer in enumerate(layers):
         w, visible = weights[layer]
+        visible = visible[0] if visible.dim() == 4 else visible   # the one sequence's mask
         for col, h in enumerate(heads):
             image = w[0, h].masked_fill(~visible[min(h, visible.size(0) - 1)], float("nan")).numpy()
             axes[row][col].imshow(image, cmap="viridis", norm=PowerNorm(0.5, vmin=0, vmax=1))
