@@ -59,6 +59,58 @@ def test_eval_at_1x_matches_direct_computation_and_4x_is_finite(runs, data_root,
     assert (tmp_path / "e.png").stat().st_size > 1000
 
 
+def model_and_tokens(run_dir, data_root, max_tokens):
+    ckpt = torch.load(os.path.join(run_dir, "ckpt.pt"), map_location="cpu", weights_only=True)
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    model.load_state_dict(ckpt["model"])
+    tokens = np.fromfile(os.path.join(data_root, "shakespeare_char", "val.bin"), dtype=np.uint16)[:max_tokens]
+    return model.eval(), torch.from_numpy(tokens.astype(np.int64))
+
+
+def test_per_position_buckets_equal_a_direct_computation(runs, data_root, tmp_path):
+    """Windows of 128 on a block_size-32 run: buckets [0, 32), [32, 64), [64, 128), each the mean
+    over every window of the losses at those positions, from float64 log-softmax one window at a time."""
+    out = tmp_path / "eval.json"
+    length_eval.main([str(runs / "rope"), "--lengths=128", "--per_position", "--json", str(out), "--plot",
+                      str(tmp_path / "e.png"), "--ckpt=last", "--max_tokens=1500", f"--data_dir={data_root}"])
+    row, = json.loads(out.read_text())
+    model, tokens = model_and_tokens(runs / "rope", data_root, 1500)
+    per_window = []
+    with torch.no_grad():
+        for start in range(0, len(tokens) - 128, 128):
+            window = tokens[start:start + 129]
+            logp = model(window[None, :-1])[0][0].double().log_softmax(-1)
+            per_window.append(-logp[torch.arange(128), window[1:]])
+    losses = torch.stack(per_window)                                  # (windows, 128)
+    expected = [(0, 32), (32, 64), (64, 128)]
+    assert [(b["start"], b["end"]) for b in row["buckets"]] == expected
+    for b, (lo, hi) in zip(row["buckets"], expected):
+        assert b["loss"] == pytest.approx(losses[:, lo:hi].mean().item(), abs=1e-5)
+    assert row["val_loss"] == pytest.approx(losses.mean().item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("stride", [32, 12, 1])
+def test_stride_loss_equals_one_forward_per_target(runs, data_root, tmp_path, stride):
+    """Each target t gets the context of the window that scores it: tokens s..t-1 with s = 0 while
+    t <= L, else the first multiple of the stride with s + L >= t; one forward per target here."""
+    out, L, n = tmp_path / "eval.json", 32, 300
+    length_eval.main([str(runs / "alibi"), "--lengths=32", f"--stride={stride}", "--json", str(out), "--plot",
+                      str(tmp_path / "e.png"), "--ckpt=last", f"--max_tokens={n}", f"--data_dir={data_root}"])
+    plain, strided = json.loads(out.read_text())
+    assert strided["stride"] == stride and strided["length"] == L and "stride" not in plain
+    model, tokens = model_and_tokens(runs / "alibi", data_root, n)
+    last_start = (n - L - 1) // stride * stride
+    losses = []
+    with torch.no_grad():
+        for t in range(1, last_start + L + 1):
+            s = 0 if t <= L else -(-(t - L) // stride) * stride
+            logp = model(tokens[None, s:t])[0][0, -1].double().log_softmax(-1)
+            losses.append(-logp[tokens[t]].item())
+    assert strided["val_loss"] == pytest.approx(float(np.mean(losses)), abs=1e-5)
+    if stride == 32:  # windows side by side: the plain evaluation over the same targets
+        assert strided["val_loss"] == pytest.approx(plain["val_loss"], abs=1e-5)
+
+
 def test_learned_positions_are_na_beyond_block_size(runs, data_root, tmp_path, capsys):
     out = tmp_path / "eval.json"
     length_eval.main([str(runs / "learned"), "--lengths=16,64", "--json", str(out), "--plot", str(tmp_path / "e.png"),

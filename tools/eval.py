@@ -12,6 +12,14 @@ each, "run [yarn x4]"): a trained model stretched without retraining. Lengths a 
 length is possible for any run, it exits 2 with one line. --json writes a list of {"run",
 "attention", "pos_encoding", "rope_scaling", "rope_factor", "block_size", "length", "val_loss"}
 (val_loss null where n/a; "test_loss" with --split=test).
+
+Extrapolation measured apart from context (both views together: a model that uses context past
+L must beat the second):
+  --per_position  the loss of positions [0, L), [L, 2L), [2L, 4L) ... of each window separately
+                  (L the run's block_size): the tokens past the training length are not averaged
+                  with those that merely lack context; JSON rows gain "buckets" [{"start", "end", "loss"}].
+  --stride=S      the sliding-window loss at L: windows every S tokens, each token predicted with
+                  at least L - S and up to L tokens before it; one more row per run with "stride": S.
 """
 import json
 import os
@@ -71,19 +79,70 @@ def why_not(model, length, n_tokens):
     return None
 
 
+def batches(starts, batch_size, desc):
+    """starts in groups of batch_size, with a progress bar on a terminal (none in a redirected log)."""
+    starts = list(starts)
+    for i in tqdm(range(0, len(starts), batch_size), desc=desc, unit="batch", leave=False, file=sys.stderr,
+                  disable=not sys.stderr.isatty()):
+        yield starts[i:i + batch_size]
+
+
+def window_losses(model, tokens, starts, length, device):
+    """Next-token losses (B, length) fp32 of the windows tokens[s:s + length + 1] for s in starts."""
+    chunk = np.stack([tokens[s:s + length + 1] for s in starts]).astype(np.int64)
+    batch = torch.from_numpy(chunk).to(device)
+    logits, _ = model(batch[:, :-1])
+    losses = F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].reshape(-1), reduction="none")
+    return losses.view(len(starts), length)
+
+
 @torch.no_grad()
+def position_sums(model, tokens, length, batch_size, device, desc):
+    """Loss summed over non-overlapping windows of `length` covering tokens, per position in the
+    window: (length,) float64, and the number of windows."""
+    n_windows = (len(tokens) - 1) // length
+    sums = torch.zeros(length, dtype=torch.float64)
+    for starts in batches(range(0, n_windows * length, length), batch_size, desc):
+        sums += window_losses(model, tokens, starts, length, device).double().sum(0).cpu()
+    return sums, n_windows
+
+
 def window_loss(model, tokens, length, batch_size, device, desc):
     """Mean next-token loss over non-overlapping windows of `length` covering tokens."""
-    n_windows = (len(tokens) - 1) // length
+    sums, n_windows = position_sums(model, tokens, length, batch_size, device, desc)
+    return sums.sum().item() / (n_windows * length)
+
+
+def position_buckets(block_size, length):
+    """Position ranges [0, L), [L, 2L), [2L, 4L) ... up to length, for L = the trained block_size:
+    the tokens within the training length apart from those past it, each doubling on its own."""
+    edges = [0, block_size]
+    while edges[-1] < length:
+        edges.append(2 * edges[-1])
+    edges = [e for e in edges if e < length] + [length]
+    return list(zip(edges, edges[1:]))
+
+
+def bucket_losses(sums, n_windows, block_size):
+    return [{"start": a, "end": b, "loss": sums[a:b].sum().item() / (n_windows * (b - a))}
+            for a, b in position_buckets(block_size, len(sums))]
+
+
+@torch.no_grad()
+def strided_loss(model, tokens, length, stride, batch_size, device, desc):
+    """Mean loss with every token predicted from up to `length` tokens before it: windows of
+    `length` every `stride` tokens; the first window scores all its targets, each later one its
+    last `stride` (the ones no earlier window reached), so each target keeps at least
+    length - stride tokens of context. The tail after the last whole window is left out."""
     total, count = 0.0, 0
-    for start in tqdm(range(0, n_windows, batch_size), desc=desc, unit="batch", leave=False, file=sys.stderr,
-                      disable=not sys.stderr.isatty()):  # no bars in a redirected log
-        rows = range(start, min(start + batch_size, n_windows))
-        chunk = np.stack([tokens[r * length:r * length + length + 1] for r in rows]).astype(np.int64)
-        batch = torch.from_numpy(chunk).to(device)
-        logits, _ = model(batch[:, :-1])
-        total += F.cross_entropy(logits.float().flatten(0, 1), batch[:, 1:].reshape(-1), reduction="sum").item()
-        count += batch[:, 1:].numel()
+    for starts in batches(range(0, len(tokens) - length, stride), batch_size, desc):
+        losses = window_losses(model, tokens, starts, length, device).double()
+        scored = torch.full((len(starts), length), False)
+        scored[:, length - stride:] = True
+        if starts[0] == 0:
+            scored[0] = True
+        total += losses[scored.to(losses.device)].sum().item()
+        count += int(scored.sum())
     return total / count
 
 
@@ -126,13 +185,25 @@ def evaluate_run(run_dir, name, lengths, args, device):
     for change in settings:
         model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **change), path, device)
         config, label = model.config, name + (f" [{scaling_label(model.config)}]" if change else "")
+        row = {"run": label, "attention": config.attention, "pos_encoding": config.pos_encoding,
+               "rope_scaling": config.rope_scaling, "rope_factor": config.rope_factor, "block_size": config.block_size}
         for length in lengths:
-            reason = why_not(model, length, len(tokens))
-            loss = None if reason else window_loss(model, tokens, length, args.batch_size, device,
-                                                   f"{label} L={length}")
-            rows.append({"run": label, "attention": config.attention, "pos_encoding": config.pos_encoding,
-                         "rope_scaling": config.rope_scaling, "rope_factor": config.rope_factor,
-                         "block_size": config.block_size, "length": length, "loss": loss, "why": reason})
+            reason, buckets = why_not(model, length, len(tokens)), None
+            if reason:
+                loss = None
+            else:
+                sums, n = position_sums(model, tokens, length, args.batch_size, device, f"{label} L={length}")
+                loss = sums.sum().item() / (n * length)
+                buckets = bucket_losses(sums, n, config.block_size)
+            rows.append({**row, "length": length, "loss": loss, "why": reason,
+                         **({"buckets": buckets} if args.per_position else {})})
+        if args.stride:
+            L = config.block_size
+            reason = why_not(model, L, len(tokens)) or (f"--stride={args.stride} is above block_size={L}"
+                                                        if args.stride > L else None)
+            loss = None if reason else strided_loss(model, tokens, L, args.stride, args.batch_size, device,
+                                                    f"{label} stride {args.stride}")
+            rows.append({**row, "length": L, "stride": args.stride, "loss": loss, "why": reason})
     return rows
 
 
@@ -140,19 +211,34 @@ def scaling_label(config):
     return "none" if config.rope_scaling == "none" else f"{config.rope_scaling} x{config.rope_factor:g}"
 
 
-def markdown_table(rows, lengths):
+def markdown_table(rows, lengths, stride=None):
+    """Runs x lengths (non-overlapping windows), then with --stride a column of the sliding-window
+    loss at each run's block_size; n/a cells point to their reason under the table."""
     runs = list(dict.fromkeys(r["run"] for r in rows))
-    by_key = {(r["run"], r["length"]): r for r in rows}
+    by_key = {(r["run"], "stride" if "stride" in r else r["length"]): r for r in rows}
     reasons = list(dict.fromkeys(r["why"] for r in rows if r["why"]))
-    lines = ["| run | attention | pos | block_size | " + " | ".join(f"L={n}" for n in lengths) + " |",
-             "|---|---|---|---|" + "---|" * len(lengths)]
+    keys = [*lengths, *(["stride"] if stride else [])]
+
+    def cell(r):
+        return f"{r['loss']:.4f}" if r["loss"] is not None else f"n/a ({reasons.index(r['why']) + 1})"
+    heads = [f"L={n}" for n in lengths] + ([f"L=block_size, stride {stride}"] if stride else [])
+    lines = ["| run | attention | pos | block_size | " + " | ".join(heads) + " |",
+             "|---|---|---|---|" + "---|" * len(keys)]
     for run in runs:
         first = by_key[(run, lengths[0])]
-        cells = [f"{by_key[(run, n)]['loss']:.4f}" if by_key[(run, n)]["loss"] is not None
-                 else f"n/a ({reasons.index(by_key[(run, n)]['why']) + 1})" for n in lengths]
         lines.append(f"| {run} | {first['attention']} | {first['pos_encoding']} | {first['block_size']} | "
-                     + " | ".join(cells) + " |")
+                     + " | ".join(cell(by_key[(run, k)]) for k in keys) + " |")
     lines += [""] + [f"({i}) {why}" for i, why in enumerate(reasons, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def position_table(rows):
+    """--per_position: per run and length, the loss of the positions in each bucket."""
+    lines = ["| run | L | loss by position: [start, end) loss |", "|---|---|---|"]
+    for r in rows:
+        if r.get("buckets"):
+            cells = "; ".join(f"[{b['start']}, {b['end']}) {b['loss']:.4f}" for b in r["buckets"])
+            lines.append(f"| {r['run']} | {r['length']} | {cells} |")
     return "\n".join(lines) + "\n"
 
 
@@ -190,6 +276,10 @@ def main(argv=None):
     ap.add_argument("--data_dir", help="folder holding <dataset>/val.bin (default: the run's data_dir)")
     ap.add_argument("--max_tokens", type=int, help="evaluate only the first N tokens of the split")
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--per_position", action="store_true",
+                    help="also the loss of positions [0, L), [L, 2L), [2L, 4L) ... of each window (L = block_size)")
+    ap.add_argument("--stride", type=int, help="also the sliding-window loss at each run's block_size: windows "
+                    "every S tokens, each token predicted from up to block_size tokens (1 <= S <= block_size)")
     ap.add_argument("--rope_scaling", help="RoPE runs: evaluate with these scalings instead of the trained one, "
                     "comma-separated from none, pi, ntk, yarn (one row each); no retraining")
     ap.add_argument("--rope_factor", type=float, help="with --rope_scaling: the extension factor (e.g. 4)")
@@ -207,6 +297,8 @@ def main(argv=None):
         fail(str(e))
     if args.batch_size < 1:
         fail(f"--batch_size={args.batch_size} must be at least 1")
+    if args.stride is not None and args.stride < 1:
+        fail(f"--stride={args.stride} must be at least 1 (and at most the runs' block_size)")
     if args.max_tokens is not None and args.max_tokens < 2:
         fail(f"--max_tokens={args.max_tokens} must be at least 2 (a window needs a token and its next)")
     rows = []
@@ -220,9 +312,11 @@ def main(argv=None):
         reasons = "; ".join(dict.fromkeys(f"{r['run']}: {r['why']}" for r in rows))
         fail(f"none of --lengths={','.join(map(str, lengths))} is possible for any run ({reasons}); "
              "pick lengths up to the runs' block_size")
-    text = markdown_table(rows, lengths)
+    text = markdown_table(rows, lengths, args.stride)
+    if args.per_position:
+        text += "\n" + position_table(rows)
     print(text, end="")
-    plot(rows, args.plot, args.split)
+    plot([r for r in rows if "stride" not in r], args.plot, args.split)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{(f"{args.split}_loss" if k == "loss" else k): v for k, v in r.items() if k != "why"}
