@@ -53,4 +53,7 @@ def load_tokenizer(meta: dict):
         return CharTokenizer(meta["chars"])
     if kind.startswith("tiktoken:"):
         return TiktokenTokenizer(kind.split(":", 1)[1])
+    if kind == "none":  # token ids without text (e.g. data/mqar): nothing to encode a prompt with
+        raise TokenizerError("this run's dataset has no tokenizer (meta.json tokenizer 'none', e.g. MQAR's synthetic "
+                             "ids): there is no text to prompt or print; evaluate it with python -m tools.eval")
     raise TokenizerError(f"unknown tokenizer {kind!r} in meta.json; expected 'char' or 'tiktoken:<name>'")

@@ -329,6 +329,7 @@ class Trainer:
         self.train_tokens = progress.get("train_tokens", 0)
         self.last_val = progress.get("last_val_loss")
         self.last_eval = progress.get("last_eval")                # the last metrics dict (see metrics)
+        self.best_val_acc = progress.get("best_val_acc")          # examples: val accuracy at best_val_loss
         self.t_start = time.time()
         self.ckpt_path = os.path.join(tc.out_dir, "ckpt.pt")
         self.wandb = None
@@ -346,14 +347,18 @@ class Trainer:
         out = {}
         self.model.eval()
         for split in ("train", "val"):
-            total = torch.zeros((), device=dist.device)
+            total = torch.zeros(2, device=dist.device)  # loss, and accuracy on the counted targets (examples)
             for X, Y, weight in self.batches.eval_windows(split, tc.eval_iters, dist.world):
                 with self.autocast:
-                    _, loss = self.model(X, Y)
-                total += loss.float() * weight
+                    logits, loss = self.model(X, Y)
+                counted = Y != -1
+                hits = ((logits.argmax(-1) == Y) & counted).sum() / counted.sum().clamp_min(1)
+                total += torch.stack([loss.float(), hits.float()]) * weight
             if dist.strategy:
                 torch.distributed.all_reduce(total)
-            out[split] = total.item() / tc.eval_iters
+            out[split] = total[0].item() / tc.eval_iters
+            if self.batches.examples:
+                out[f"{split}_acc"] = total[1].item() / tc.eval_iters
         self.model.train()
         return out
 
@@ -409,7 +414,8 @@ class Trainer:
         if best:
             save_atomic(weights, os.path.join(self.tc.out_dir, "best.pt"))
         progress = {"wall_s": self.elapsed(), "train_time_s": self.train_time, "train_tokens": self.train_tokens,
-                    "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val, "last_eval": self.last_eval}
+                    "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val, "last_eval": self.last_eval,
+                    "best_val_acc": self.best_val_acc}
         save_atomic({**weights, "optimizer": optim_sd, "progress": progress,
                      "rng": {"scheme": "seeded by (seed, rank, step)", "seed": self.tc.seed}}, self.ckpt_path)
         self.saved_at = self.iter_num
@@ -421,8 +427,9 @@ class Trainer:
     def metrics(self, losses, lr):
         """The one record of an evaluation: the console line, a log.jsonl line and a wandb row
         are this dict, and summary.json keeps the last one as "last_eval"."""
-        return {"iter": self.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], "lr": lr,
-                "tokens_per_sec": self.tokens_per_sec(), "elapsed_s": self.elapsed(),
+        accuracy = {k: v for k, v in losses.items() if k.endswith("_acc")}  # examples datasets only
+        return {"iter": self.iter_num, "train_loss": losses["train"], "val_loss": losses["val"], **accuracy,
+                "lr": lr, "tokens_per_sec": self.tokens_per_sec(), "elapsed_s": self.elapsed(),
                 "flops": self.raw.train_flops_per_token * self.train_tokens}
 
     def summary(self, finished, stopped=None):
@@ -439,7 +446,15 @@ class Trainer:
                 "dataset": self.tc.dataset, "seed": self.tc.seed,
                 "attn_impl": self.raw.attn_impl_report(), "finished": finished, "stopped": stopped,
                 "settings": self.flat_cfg,
+                **self.accuracy_summary(),
                 "last_eval": self.last_eval}
+
+    def accuracy_summary(self):
+        """Datasets of examples: final_val_acc (the last evaluation) and best_val_acc (the evaluation
+        best.pt was saved at), the share of counted targets predicted exactly (greedy)."""
+        if not self.batches.examples:
+            return {}
+        return {"final_val_acc": (self.last_eval or {}).get("val_acc"), "best_val_acc": self.best_val_acc}
 
     def write_summary(self, finished, stopped=None):
         if self.dist.master:
@@ -458,11 +473,14 @@ class Trainer:
         self.best_val_loss = min(self.best_val_loss, losses["val"])
         m = self.last_eval = self.metrics(losses, lr)
         if self.dist.master:
-            print(f"eval {m['iter']}: train {m['train_loss']:.4f}, val {m['val_loss']:.4f}")
+            accuracy = f", val acc {m['val_acc']:.3f}" if "val_acc" in m else ""
+            print(f"eval {m['iter']}: train {m['train_loss']:.4f}, val {m['val_loss']:.4f}{accuracy}")
             append_log(log_file, m)
         if self.wandb:
             self.wandb.log(m, step=m["iter"])
         improved = losses["val"] <= self.best_val_loss
+        if improved and "val_acc" in losses:
+            self.best_val_acc = losses["val_acc"]
         if self.iter_num > 0 and (self.tc.always_save_checkpoint or improved):
             self.save(best=improved)
         self.write_summary(finished=False)

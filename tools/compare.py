@@ -48,7 +48,8 @@ def load(run_dir):
                 rows = [r for r in json.load(f) if r.get("test_loss") is not None]
         except (OSError, ValueError, AttributeError) as e:
             raise RunError(f"{path} is not eval.py's JSON ({e}); delete it and re-run the sweep") from None
-        summary = {**summary, "test_loss": rows[0]["test_loss"] if rows else None}
+        summary = {**summary, "test_loss": rows[0]["test_loss"] if rows else None,
+                   **({"test_acc": rows[0].get("test_acc")} if rows and "test_acc" in rows[0] else {})}
     return name, summary, log
 
 
@@ -81,7 +82,7 @@ def group_stats(runs):
     summaries = [s for _, s, _ in runs]
     col = {key: mean_std([s.get(key) for s in summaries])
            for key in ("best_val_loss", "final_val_loss", "test_loss", "tokens_per_sec", "peak_mem_bytes",
-                       "wall_s", "iters", "train_flops")}
+                       "wall_s", "iters", "train_flops", "best_val_acc", "final_val_acc", "test_acc")}
     return {"n": len(runs), "attention": s0.get("attention"), "pos_encoding": s0.get("pos_encoding"),
             "params": s0.get("params"), "kv_cache_bytes_per_token": s0.get("kv_cache_bytes_per_token"),
             "cache_state_bytes": s0.get("cache_state_bytes"), **col}
@@ -151,6 +152,19 @@ def paired_markdown(groups, key, margin):
                    f"seeds that would show a difference or the equivalence at {stats.POWER:.0%} power if the "
                    "observed mean and sd held (before the Holm correction).")]
     return lines
+def accuracy_markdown(table):
+    """Datasets of examples (e.g. MQAR): accuracy on the counted targets, beside the loss above."""
+    if not any(st["best_val_acc"][0] is not None for st in table.values()):
+        return []
+    lines = ["| config | n | best val acc (mean ± std) | final val acc (mean ± std) | test acc (mean ± std) |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {name} | {st['best_val_acc'][2]} | {fmt_ms(st['best_val_acc'], '.4f')} | "
+              f"{fmt_ms(st['final_val_acc'], '.4f')} | {fmt_ms(st['test_acc'], '.4f')} |" for name, st in table.items()]
+    return lines + ["", ("Accuracy: the share of counted targets (meta.json format=examples) the model predicts "
+                         "exactly (greedy), at best.pt's evaluation (best), at the last one (final), and of best.pt "
+                         "on the test split."), ""]
+
+
 def report_markdown(groups, metric="auto", margin=0.01, plan=None):
     """The report.md text for {config: runs}; the first config is the reference for differences."""
     table = {name: group_stats(runs) for name, runs in groups.items()}
@@ -165,6 +179,7 @@ def report_markdown(groups, metric="auto", margin=0.01, plan=None):
               "loss of best.pt (selected on val) over every window of the test split. KV cache grows per token "
               "(all layers); constant state is the decoding state that does not grow with length (GLA's "
               "recurrent state, fp32). Train TFLOPs: flops_per_token (6N + attention) x tokens trained."), ""]
+    lines += accuracy_markdown(table)
     if len(groups) > 1:
         lines += paired_markdown(groups, choose_metric(groups, metric), margin) + [""]
     if plan:

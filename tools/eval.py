@@ -11,7 +11,9 @@ each, "run [yarn x4]"): a trained model stretched without retraining. Lengths a 
 (learned positions or BigBird beyond block_size) are n/a with the reason; if no requested
 length is possible for any run, it exits 2 with one line. --json writes a list of {"run",
 "attention", "pos_encoding", "rope_scaling", "rope_factor", "block_size", "length", "val_loss"}
-(val_loss null where n/a; "test_loss" with --split=test).
+(val_loss null where n/a; "test_loss" with --split=test). A dataset of examples (meta.json
+"format": "examples", e.g. data/mqar) is evaluated row by row at its row length, on the counted
+targets only, with the accuracy beside the loss ("val_acc" / "test_acc").
 
 Extrapolation measured apart from context (both views together: a model that uses context past
 L must beat the second):
@@ -66,6 +68,30 @@ def split_tokens(ckpt, run_dir, data_dir=None, split="val"):
                               f"--data_dir=FOLDER holding <dataset>/{split}.bin")
     dtype = (ckpt.get("meta") or {}).get("dtype", "uint16")
     return np.memmap(path, dtype=np.dtype(dtype), mode="r")
+
+
+def split_targets(ckpt, tokens_path_like, run_dir):
+    """A dataset of examples: the targets file beside the split's tokens (int32, -1 not counted)."""
+    path = tokens_path_like[:-len(".bin")] + ".targets.bin"
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{run_dir}: {path} is missing (its meta.json says format=examples); re-run the "
+                              "prepare script")
+    return np.memmap(path, dtype=np.dtype((ckpt.get("meta") or {}).get("targets_dtype", "int32")), mode="r")
+
+
+@torch.no_grad()
+def examples_loss(model, tokens, targets, row_len, batch_size, device, desc):
+    """(mean loss, accuracy) over the counted targets of every row of a dataset of examples."""
+    total, hits, count = 0.0, 0, 0
+    for starts in batches(range(0, len(tokens) // row_len * row_len, row_len), batch_size, desc):
+        x = torch.from_numpy(np.stack([tokens[s:s + row_len] for s in starts]).astype(np.int64)).to(device)
+        y = torch.from_numpy(np.stack([targets[s:s + row_len] for s in starts]).astype(np.int64)).to(device)
+        logits, _ = model(x)
+        counted = y != -1
+        total += F.cross_entropy(logits.float()[counted], y[counted], reduction="sum").item()
+        hits += int((logits.argmax(-1)[counted] == y[counted]).sum())
+        count += int(counted.sum())
+    return total / count, hits / count
 
 
 def why_not(model, length, n_tokens):
@@ -179,6 +205,9 @@ def evaluate_run(run_dir, name, lengths, args, device):
     if args.max_tokens:
         tokens = tokens[:args.max_tokens]
     trained = model_config_from_checkpoint(ckpt, path)
+    meta = ckpt.get("meta") or {}
+    if meta.get("format") == "examples":
+        return evaluate_examples(ckpt, path, tokens, run_dir, name, lengths, args, device)
     # a scaling applies to RoPE runs only; the others are evaluated once, as trained
     settings = rope_overrides(args) if trained.pos_encoding == "rope" else [{}]
     rows = []
@@ -207,6 +236,25 @@ def evaluate_run(run_dir, name, lengths, args, device):
     return rows
 
 
+def evaluate_examples(ckpt, path, tokens, run_dir, name, lengths, args, device):
+    """A dataset of examples: rows of row_len tokens, loss and accuracy on the counted targets; other
+    lengths are n/a (an example is one row)."""
+    row_len = ckpt["meta"]["row_len"]
+    folder = os.path.join(args.data_dir or (ckpt.get("config") or {}).get("data_dir", "data"),
+                          (ckpt.get("config") or {}).get("dataset", ""))
+    targets = split_targets(ckpt, os.path.join(folder, f"{args.split}.bin"), run_dir)[:len(tokens)]
+    model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path), path, device)
+    config, rows = model.config, []
+    for length in lengths:
+        reason = None if length == row_len else f"examples are rows of {row_len} tokens"
+        loss, acc = (None, None) if reason else examples_loss(model, tokens, targets, row_len, args.batch_size,
+                                                              device, f"{name} examples")
+        rows.append({"run": name, "attention": config.attention, "pos_encoding": config.pos_encoding,
+                     "rope_scaling": config.rope_scaling, "rope_factor": config.rope_factor,
+                     "block_size": config.block_size, "length": length, "loss": loss, "acc": acc, "why": reason})
+    return rows
+
+
 def scaling_label(config):
     return "none" if config.rope_scaling == "none" else f"{config.rope_scaling} x{config.rope_factor:g}"
 
@@ -220,7 +268,9 @@ def markdown_table(rows, lengths, stride=None):
     keys = [*lengths, *(["stride"] if stride else [])]
 
     def cell(r):
-        return f"{r['loss']:.4f}" if r["loss"] is not None else f"n/a ({reasons.index(r['why']) + 1})"
+        if r["loss"] is None:
+            return f"n/a ({reasons.index(r['why']) + 1})"
+        return f"{r['loss']:.4f}" + (f" (acc {r['acc']:.3f})" if r.get("acc") is not None else "")
     heads = [f"L={n}" for n in lengths] + ([f"L=block_size, stride {stride}"] if stride else [])
     lines = ["| run | attention | pos | block_size | " + " | ".join(heads) + " |",
              "|---|---|---|---|" + "---|" * len(keys)]
@@ -319,8 +369,8 @@ def main(argv=None):
     plot([r for r in rows if "stride" not in r], args.plot, args.split)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{(f"{args.split}_loss" if k == "loss" else k): v for k, v in r.items() if k != "why"}
-                       for r in rows], f, indent=2)
+            json.dump([{({"loss": f"{args.split}_loss", "acc": f"{args.split}_acc"}.get(k, k)): v
+                        for k, v in r.items() if k != "why"} for r in rows], f, indent=2)
     print(f"wrote {args.plot}" + (f" and {args.json}" if args.json else ""), file=sys.stderr)
 
 

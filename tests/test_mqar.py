@@ -1,0 +1,124 @@
+"""MQAR (data/mqar/prepare.py) and datasets of aligned examples in training: the generator's
+answers checked by parsing each row here, its refusals, and loss and accuracy counted on exactly the
+marked positions (against a computation by hand from the checkpoint)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import train
+from helpers import ROOT
+from model import GPT, GPTConfig
+
+PREPARE = os.path.join(ROOT, "data", "mqar", "prepare.py")
+
+
+def prepare(out_dir, *flags):
+    return subprocess.run([sys.executable, PREPARE, f"--out_dir={out_dir}", *flags], capture_output=True, text=True)
+
+
+def rows(out_dir, split, seq_len):
+    x = np.fromfile(os.path.join(out_dir, f"{split}.bin"), dtype=np.uint16).reshape(-1, seq_len)
+    y = np.fromfile(os.path.join(out_dir, f"{split}.targets.bin"), dtype=np.int32).reshape(-1, seq_len)
+    return x.astype(np.int64), y.astype(np.int64)
+
+
+def test_every_query_asks_a_key_of_its_row_for_its_value(tmp_path):
+    r = prepare(tmp_path, "--seq_len=48", "--num_pairs=6", "--vocab_size=40", "--num_train=300", "--num_val=20",
+                "--num_test=20", "--seed=3")
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert (meta["format"], meta["row_len"], meta["ignore_index"], meta["vocab_size"]) == ("examples", 48, -1, 40)
+    for split in ("train", "val", "test"):
+        x, y = rows(tmp_path, split, 48)
+        assert len(x) == meta[f"{split}_examples"]
+        for xi, yi in zip(x, y):
+            keys, values = xi[0:12:2], xi[1:12:2]
+            assert len(set(keys.tolist())) == 6 and keys.max() < 20 <= values.min()   # distinct keys, two halves
+            pairs = dict(zip(keys.tolist(), values.tolist()))
+            counted = np.flatnonzero(yi != -1)
+            assert len(counted) == 6 and counted.min() >= 12                          # one query per key, after
+            assert sorted(xi[counted].tolist()) == sorted(keys.tolist())
+            for q in counted:
+                assert yi[q] == pairs[xi[q]] and (q + 1 == 48 or xi[q + 1] == yi[q])
+
+
+def test_seeded_files_repeat_and_seeds_differ(tmp_path):
+    flags = ["--seq_len=32", "--num_pairs=4", "--vocab_size=64", "--num_train=50", "--num_val=10", "--num_test=0"]
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        assert prepare(tmp_path / name, *flags, f"--seed={seed}").returncode == 0
+    read = {n: (tmp_path / n / "train.bin").read_bytes() + (tmp_path / n / "train.targets.bin").read_bytes()
+            for n in "abc"}
+    assert read["a"] == read["b"] != read["c"]
+    assert not (tmp_path / "a" / "test.bin").exists()
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--seq_len=32", "--num_pairs=9"], "do not fit in --seq_len=32"),
+    (["--vocab_size=12", "--num_pairs=8"], "holds 5 keys"),
+    (["--power_a=0"], "--power_a=0.0 must be in (0, 1]"),
+    (["--num_pairs=0"], "--num_pairs=0 must be at least 1"),
+])
+def test_bad_parameters_are_one_line(tmp_path, flags, words):
+    r = prepare(tmp_path / "out", *flags)
+    assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def read_log(out_dir):
+    return [json.loads(line) for line in (out_dir / "log.jsonl").read_text().splitlines()]
+
+
+def hand_dataset(root):
+    """A dataset of examples written here: 64 training rows and one validation row of 16 tokens,
+    3 counted targets in it (the others -1)."""
+    folder = root / "hand"
+    folder.mkdir()
+    g = np.random.default_rng(0)
+    for split, n in (("train", 64), ("val", 1)):
+        x = g.integers(0, 20, (n, 16))
+        y = np.full((n, 16), -1)
+        y[:, [5, 9, 15]] = g.integers(0, 20, (n, 3))
+        x.astype(np.uint16).tofile(folder / f"{split}.bin")
+        y.astype(np.int32).tofile(folder / f"{split}.targets.bin")
+    (folder / "meta.json").write_text(json.dumps({"vocab_size": 20, "dtype": "uint16", "tokenizer": "none",
+                                                  "format": "examples", "row_len": 16, "ignore_index": -1}))
+    return folder
+
+
+def tiny_run(root, out, *extra):
+    return train.main(["--dataset=hand", f"--data_dir={root}", f"--out_dir={out}", "--device=cpu", "--n_layer=1",
+                       "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4", "--eval_iters=3",
+                       "--log_interval=1", "--compile=False", *extra])
+
+
+def test_loss_and_accuracy_count_exactly_the_marked_targets(tmp_path):
+    """The single validation row is every evaluation window, so the logged val loss and accuracy are
+    that row's, computed here from the checkpoint over positions 5, 9 and 15 only."""
+    folder = hand_dataset(tmp_path)
+    tiny_run(tmp_path, tmp_path / "run", "--max_iters=1", "--eval_interval=1")
+    last = read_log(tmp_path / "run")[-1]
+    ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    model.load_state_dict(ckpt["model"])
+    x = torch.from_numpy(np.fromfile(folder / "val.bin", dtype=np.uint16).astype(np.int64))
+    y = np.fromfile(folder / "val.targets.bin", dtype=np.int32)
+    with torch.no_grad():
+        logp = model.eval()(x[None])[0][0].double().log_softmax(-1)
+    marked = [5, 9, 15]
+    assert last["val_loss"] == pytest.approx(-np.mean([logp[t, y[t]].item() for t in marked]), abs=1e-5)
+    assert last["val_acc"] == pytest.approx(np.mean([logp[t].argmax().item() == y[t] for t in marked]), abs=1e-6)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert 0 <= summary["best_val_acc"] <= 1 and summary["final_val_acc"] == last["val_acc"]
+
+
+def test_examples_need_block_size_equal_to_the_row(tmp_path):
+    hand_dataset(tmp_path)
+    r = subprocess.run([sys.executable, "train.py", "--dataset=hand", f"--data_dir={tmp_path}", "--device=cpu",
+                        f"--out_dir={tmp_path / 'run'}", "--block_size=8"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2 and "set block_size=16" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
