@@ -13,6 +13,7 @@ import torch
 import train
 from helpers import ROOT
 from model import GPT, GPTConfig
+from tools import eval as length_eval
 
 PREPARE = os.path.join(ROOT, "data", "mqar", "prepare.py")
 
@@ -114,6 +115,13 @@ def test_loss_and_accuracy_count_exactly_the_marked_targets(tmp_path):
     assert last["val_acc"] == pytest.approx(np.mean([logp[t].argmax().item() == y[t] for t in marked]), abs=1e-6)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert 0 <= summary["best_val_acc"] <= 1 and summary["final_val_acc"] == last["val_acc"]
+    # tools.eval reads the same rows: the one validation row at its length, other lengths n/a
+    out = tmp_path / "eval.json"
+    length_eval.main([str(tmp_path / "run"), "--ckpt=last", "--lengths=16,32", f"--data_dir={tmp_path}",
+                      "--json", str(out), "--plot", str(tmp_path / "e.png")])
+    at16, at32 = json.loads(out.read_text())
+    assert at16["val_loss"] == pytest.approx(last["val_loss"], abs=1e-5) and at16["val_acc"] == last["val_acc"]
+    assert at32["val_loss"] is None
 
 
 def test_examples_need_block_size_equal_to_the_row(tmp_path):
