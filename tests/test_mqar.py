@@ -44,6 +44,7 @@ def test_every_query_asks_a_key_of_its_row_for_its_value(tmp_path):
             counted = np.flatnonzero(yi != -1)
             assert len(counted) == 6 and counted.min() >= 12                          # one query per key, after
             assert sorted(xi[counted].tolist()) == sorted(keys.tolist())
+            assert sorted(xi[xi < 20].tolist()) == sorted(keys.tolist() * 2)            # keys nowhere else
             for q in counted:
                 assert yi[q] == pairs[xi[q]] and (q + 1 == 48 or xi[q + 1] == yi[q])
 

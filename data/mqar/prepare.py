@@ -6,10 +6,10 @@
 Each example is a row of seq_len tokens: num_pairs key-value pairs, then each key queried once,
 at a place drawn with a power law (most queries soon after the pairs, some far):
 
-    k1 v1 k2 v2 k3 v3 | n n k2 v2 n k1 v1 n n n k3 v3 n ...     (n: random tokens)
+    k1 v1 k2 v2 k3 v3 | n n k2 v2 n k1 v1 n n n k3 v3 n ...     (n: random values)
     targets:            . . v2 .  . v1 .  . . . v3 .  . ...     (.: ignored, -1)
 
-Keys come from [1, vocab/2) without repeats in a row, values from [vocab/2, vocab); the model
+Keys come from [1, vocab/2) without repeats in a row, values and the noise from [vocab/2, vocab); the model
 reads the key of a query and must produce its value, which only recall of the pairs gives.
 Written as a dataset of aligned examples (meta.json "format": "examples"): {split}.bin holds
 the inputs, row after row (uint16), {split}.targets.bin the targets (int32, -1 where the position
@@ -51,7 +51,10 @@ def make_examples(n, vocab_size, seq_len, num_pairs, power_a, rng):
     # distinct keys per row: the first num_pairs of a random order of [1, half)
     keys = np.argsort(rng.random((n, half - 1)), axis=1)[:, :num_pairs] + 1
     values = rng.integers(half, vocab_size, (n, num_pairs))
-    seq = rng.integers(1, vocab_size, (n, seq_len + 1))                 # the noise between queries
+    # the noise between queries comes from the value half: a key appears only in its pair and its
+    # query, so each query has one answer (Zoology draws noise from the whole vocabulary, which at its
+    # 8192 tokens rarely repeats a key; at this repo's small vocabularies it would, often)
+    seq = rng.integers(half, vocab_size, (n, seq_len + 1))
     seq[:, 0:2 * num_pairs:2], seq[:, 1:2 * num_pairs:2] = keys, values
     # query slots: pairs of positions after the context, slot s at 2P + 2s, drawn without
     # replacement with probability ~ (s + 1)^(a - 1) (Zoology's power law over the gap)
