@@ -231,11 +231,11 @@ def test_cpu_without_interpreter_says_what_to_do():
 
 # ----------------------------------------------------------------------------- CUDA, low precision
 
-def _sdpa(q, k, v, causal=True, alibi_slopes=None, return_lse=False):
+def _sdpa(q, k, v, causal=True, alibi_slopes=None, return_lse=False, window=None):
     """torch SDPA in the inputs' precision, same conventions (repeated KV heads, explicit bias)."""
     H, Tq, Tk = q.shape[1], q.shape[2], k.shape[2]
     k, v = k.repeat_interleave(H // k.shape[1], 1), v.repeat_interleave(H // v.shape[1], 1)
-    if alibi_slopes is None and (not causal or Tq == Tk):
+    if alibi_slopes is None and window is None and (not causal or Tq == Tk):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     else:
         rel = (torch.arange(Tk, device=q.device)[None, :] - torch.arange(Tq, device=q.device)[:, None]
@@ -245,6 +245,8 @@ def _sdpa(q, k, v, causal=True, alibi_slopes=None, return_lse=False):
             bias = bias + alibi_slopes.view(H, 1, 1) * rel
         if causal:
             bias = bias.masked_fill(rel > 0, float("-inf"))
+        if window is not None:
+            bias = bias.masked_fill(rel <= -window, float("-inf"))
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias[None].to(q.dtype))
     return o, torch.zeros(())
 
@@ -273,6 +275,20 @@ def test_low_precision_within_2x_of_sdpa(case, dtype):
     ref = _run(attention_reference, *(t.float() for t in (q, k, v, do)), causal=causal, alibi_slopes=slopes)
     ours = _run(flash_attention, q, k, v, do, causal=causal, alibi_slopes=slopes)
     base = _run(_sdpa, q, k, v, do, causal=causal, alibi_slopes=slopes)
+    for name, i in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):
+        err = (ours[i].float() - ref[i]).abs().max().item()
+        err_sdpa = (base[i].float() - ref[i]).abs().max().item()
+        assert err <= 2 * err_sdpa + 1e-5, f"{name}: err {err:.3g} vs SDPA {err_sdpa:.3g}"
+
+
+@cuda_only
+@pytest.mark.parametrize("window", [1, 100, 256, 700])
+def test_sliding_window_bf16_within_2x_of_sdpa(window):
+    """Windows below, at and across the GPU tiles (64-128), GQA, a ragged length."""
+    q, k, v, do = _inputs(2, 8, 2, 1000, 1000, 64, 64, dtype=torch.bfloat16)
+    ref = _run(attention_reference, *(t.float() for t in (q, k, v, do)), causal=True, window=window)
+    ours = _run(flash_attention, q, k, v, do, causal=True, window=window)
+    base = _run(_sdpa, q, k, v, do, causal=True, window=window)
     for name, i in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):
         err = (ours[i].float() - ref[i]).abs().max().item()
         err_sdpa = (base[i].float() - ref[i]).abs().max().item()
