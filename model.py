@@ -8,7 +8,7 @@ token indices handed to every layer, so the same forward serves training, prefil
 one-token decoding with per-layer caches.
 """
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -40,7 +40,8 @@ class GPTConfig:
     gelu_approximate: str = "none"  # MLP activation, F.gelu's `approximate`: none (exact erf) | tanh (GPT-2's)
     mlp_hidden: int = 0           # MLP hidden width; 0 = 4 * n_embd (sweep --match=params solves it per variant)
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon (PyTorch's default, and GPT-2's)
-    attention: str = "mha"        # one of attention.VARIANTS: mha, gqa, mqa, ...
+    attention: str = "mha"        # one of attention.VARIANTS (mha, gqa, mqa, ...) for every layer, or a plan of
+                                  # them, one per layer, comma-separated (Gemma 3's 5:1 "swa,swa,swa,swa,swa,mha")
     n_kv_head: int = 0            # KV heads; 0 = what `attention` implies (mha: n_head, mqa: 1)
     pos_encoding: str = "rope"    # rope | alibi | learned | sinusoidal | none
     rope_base: float = 10000.0    # RoPE theta_i = rope_base^(-2i/d); > 1
@@ -85,10 +86,24 @@ class GPTConfig:
     def __post_init__(self):
         self.validate()
 
+    @property
+    def attention_plan(self) -> list:
+        """The attention variant of each layer (n_layer names)."""
+        plan = [a.strip() for a in self.attention.split(",")]
+        return plan if len(plan) > 1 else plan * self.n_layer
+
+    def layer_config(self, layer_idx: int) -> "GPTConfig":
+        """The config layer layer_idx is built from: this one, or for a plan the copy validated for
+        that layer's variant (validate made them; each fills its own defaults, e.g. n_kv_head)."""
+        plan = self.attention_plan
+        return self._layer_configs[plan[layer_idx]] if "," in self.attention else self
+
     def validate(self):
         """Raise ValueError with one line naming the problem and what is allowed."""
-        if self.attention not in VARIANTS:
-            raise ValueError(f"unknown attention={self.attention!r}; choose one of {', '.join(VARIANTS)}")
+        for name in dict.fromkeys(self.attention_plan):
+            if name not in VARIANTS:
+                where = f" in the plan attention={self.attention!r}" if "," in self.attention else ""
+                raise ValueError(f"unknown attention={name!r}{where}; choose one of {', '.join(VARIANTS)}")
         if self.pos_encoding not in POS_ENCODINGS:
             raise ValueError(f"unknown pos_encoding={self.pos_encoding!r}; choose one of {', '.join(POS_ENCODINGS)}")
         if self.attn_impl not in ATTN_IMPLS:
@@ -107,8 +122,11 @@ class GPTConfig:
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
         for key, owner in EXCLUSIVE_KEYS.items():  # another variant's shape keys would be silently ignored
-            if self.attention != owner and getattr(self, key) != getattr(GPTConfig, key):
+            if owner not in self.attention_plan and getattr(self, key) != getattr(GPTConfig, key):
                 raise ValueError(f"{key} is an attention={owner} key; leave it unset with attention={self.attention}")
+        if "," in self.attention:
+            self.validate_plan()
+            return
         variant = variant_class(self.attention)
         if self.n_kv_head == 0:
             self.n_kv_head = variant.default_n_kv_head(self)
@@ -116,6 +134,21 @@ class GPTConfig:
         if self.n_kv_head < 1 or self.n_head % self.n_kv_head:
             raise ValueError(f"n_head={self.n_head} is not divisible by n_kv_head={self.n_kv_head}")
         self.check_rope(variant)
+
+    def validate_plan(self):
+        """A per-layer plan: one variant per layer, and every variant's own rules on a copy of this
+        config with that attention (other variants' keys at their defaults there)."""
+        plan = [a.strip() for a in self.attention.split(",")]
+        if len(plan) != self.n_layer:
+            raise ValueError(f"attention={self.attention!r} plans {len(plan)} layers but n_layer={self.n_layer}; "
+                             "name one variant per layer")
+        self._layer_configs = {}
+        for name in dict.fromkeys(plan):
+            others = {k: getattr(GPTConfig, k) for k, owner in EXCLUSIVE_KEYS.items() if owner != name}
+            try:
+                self._layer_configs[name] = replace(self, attention=name, **others)
+            except ValueError as e:
+                raise ValueError(f"attention plan, its {name} layers: {e}") from None
 
     def check_rope(self, variant):
         """The rope_* keys: checked against the dims the variant rotates, refused without RoPE."""
@@ -152,7 +185,7 @@ class Block(nn.Module):
     def __init__(self, config, layer_idx):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
-        self.attn = build_attention(config, layer_idx)
+        self.attn = build_attention(config.layer_config(layer_idx), layer_idx)
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.mlp = MLP(config)
 

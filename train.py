@@ -169,7 +169,7 @@ def read_finetune_source(path, gptconf, explicit):
     if saved.pos_encoding == "learned" and changes.get("block_size", saved.block_size) > saved.block_size:
         raise ConfigError(f"init_from: {path} has learned positions for {saved.block_size} tokens only; "
                           f"fine-tune at block_size <= {saved.block_size}")
-    if variant_class(saved.attention).context_within_block_size and \
+    if any(variant_class(a).context_within_block_size for a in saved.attention_plan) and \
             changes.get("block_size", saved.block_size) != saved.block_size:
         raise ConfigError(f"init_from: attention={saved.attention}'s pattern is drawn for block_size="
                           f"{saved.block_size} ({path}); fine-tune it at that block_size")

@@ -28,6 +28,8 @@ TABLE = [
     (["train.py", "config/swa.py", "--pos_encoding=learned"], "attention=swa decodes any length"),
     (["train.py", BASE, "--sliding_window=16"], "sliding_window is an attention=swa key"),
     (["train.py", "config/moba.py", "--moba_topk=0"], "moba_topk=0 must be at least 1"),
+    (["train.py", BASE, "--attention=swa,mha"], "plans 2 layers but n_layer=4"),
+    (["train.py", BASE, "--attention=swa,mha,rnn,mha"], "unknown attention='rnn' in the plan"),
     (["train.py", "config/moba.py", "--sparse_block=128"], "sparse_block=128 must be between 1 and block_size=64"),
     (["train.py", "{tmp}/notutf8.py"], "is not UTF-8 text"),
     (["train.py", "{tmp}/exits.py"], "called sys.exit(5)"),

@@ -264,7 +264,8 @@ def plot_decay(path, decay, uniform, config, length):
     ax.legend(fontsize=7)
     r = list(range(length))
     rope = RoPE.from_config(config)  # what this model's RoPE turns (or would), scaling and fraction included
-    head_dim = variant_class(config.attention).rope_dim(config) or config.n_embd // config.n_head
+    first = config.layer_config(0)  # a plan: its first layer's variant
+    head_dim = variant_class(first.attention).rope_dim(first) or config.n_embd // config.n_head
     rope_dim = rope.rotated_dims(head_dim)
     if rope_dim:
         theory.plot(r, rope_relative_bound(rope.inv_freq(head_dim), length - 1), "k",

@@ -80,8 +80,9 @@ def model_config(path, args, max_len):
     """GPTConfig of a config file at the benchmark's width and length (ConfigError/ValueError if bad)."""
     cfg = parse_keys([path, *WIDTH, *args.overrides])
     model_keys = {k: cfg[k] for k in MODEL_KEYS}
-    if model_keys["attention"] in LONG_SETTINGS:
-        model_keys.update(LONG_SETTINGS[model_keys["attention"]][1 if args.quick else 0])
+    for name in dict.fromkeys(a.strip() for a in model_keys["attention"].split(",")):  # a plan: each variant's
+        if name in LONG_SETTINGS:
+            model_keys.update(LONG_SETTINGS[name][1 if args.quick else 0])
     model_keys["block_size"] = max_len
     return GPTConfig(vocab_size=args.vocab_size, **model_keys)
 

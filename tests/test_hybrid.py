@@ -1,0 +1,79 @@
+"""Per-layer attention plans (attention="swa,swa,swa,mha"): each layer built from its own variant,
+cached decoding equal to the full forward, cache bytes the per-layer sum of formulas written here,
+a checkpoint round trip, and one-line refusals."""
+import pytest
+import torch
+
+from helpers import POS_ENCODINGS, decode_in_chunks, tiny_model_kwargs
+from model import GPT, GPTConfig
+
+PLANS = {"swa,mha": dict(sliding_window=8), "gla,mha": dict(gla_chunk=8),
+         "moba,bigbird": dict(sparse_block=4, moba_topk=1, sparse_window=2), "mla,gqa": dict(n_kv_head=2)}
+
+
+def make(plan, pos_encoding="rope"):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**tiny_model_kwargs(attention=plan, pos_encoding=pos_encoding, **PLANS[plan]))).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def accepted(plan, pos):
+    try:
+        GPTConfig(**tiny_model_kwargs(attention=plan, pos_encoding=pos, **PLANS[plan]))
+        return True
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("plan,pos", [(a, p) for a in PLANS for p in POS_ENCODINGS if accepted(a, p)])
+def test_cached_decoding_equals_the_full_forward(plan, pos):
+    model = make(plan, pos)
+    assert [type(b.attn).__name__ for b in model.h] == [
+        {"swa": "SlidingWindowAttention", "mha": "MultiHeadAttention", "gqa": "MultiHeadAttention",
+         "gla": "GatedLinearAttention", "moba": "MixtureOfBlockAttention", "bigbird": "BlockSparseAttention",
+         "mla": "MultiHeadLatentAttention"}[a] for a in plan.split(",")]
+    idx = torch.randint(0, 65, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full, _ = model(idx)
+        stepped, _ = decode_in_chunks(model, idx)
+    assert (full - stepped).abs().max().item() <= 1e-4
+
+
+def test_each_layer_fills_its_own_defaults():
+    model = GPT(GPTConfig(**tiny_model_kwargs(attention="mqa,mha")))
+    assert [b.attn.n_kv_head for b in model.h] == [1, 4]
+
+
+def test_cache_bytes_are_the_per_layer_sum():
+    """swa: 2 x Hkv x D per token up to its 8-token window; mha: 2 x H x D per token; gla: a
+    (Hkv, D, D) fp32 state and nothing per token. Tiny models: H = Hkv = 4, D = 8, bf16."""
+    swa_mha, gla_mha = make("swa,mha"), make("gla,mha")
+    for n in (4, 8, 24):
+        assert sum(c.nbytes() for c in swa_mha.init_caches(1, n, dtype=torch.bfloat16)) == \
+            2 * 4 * 8 * 2 * (min(n, 8) + n)
+        assert sum(c.nbytes() for c in gla_mha.init_caches(1, n, dtype=torch.bfloat16)) == \
+            2 * 4 * 8 * 2 * n + 4 * 8 * 8 * 4
+    assert swa_mha.cache_elems_per_seq(24) == 2 * 4 * 8 * (8 + 24)
+
+
+def test_a_checkpoint_round_trip_rebuilds_the_plan():
+    model = make("moba,bigbird")
+    again = GPT(GPTConfig.from_dict(model.config.to_dict())).eval()
+    again.load_state_dict(model.state_dict())
+    idx = torch.randint(0, 65, (1, 32), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0], again(idx)[0])
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(attention="swa,mha,mha"), "plans 3 layers but n_layer=2"),
+    (dict(attention="swa,lstm"), "unknown attention='lstm' in the plan"),
+    (dict(attention="gla,mha", pos_encoding="alibi"), "its gla layers: attention=gla works with"),
+    (dict(attention="mha,gqa", sliding_window=4), "sliding_window is an attention=swa key"),
+])
+def test_bad_plans_are_one_line(kw, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(")):
+        GPTConfig(**tiny_model_kwargs(**kw))
