@@ -77,11 +77,12 @@ class GPTConfig:
                                   # holds at most this many tokens per layer
     moba_topk: int = 2            # moba: earlier key blocks each query picks by q . mean(k), besides its own
     # --- gated linear attention (attention/gla.py) ---
-    gla_gate: str = "data"        # data (GLA's data-dependent decay) | none (plain linear attention)
-    gla_feature_map: str = "identity"  # identity (GLA) | elu (elu + 1)
+    gla_gate: str = "data"        # the decay: data (GLA's, from x) | fixed (RetNet's gamma_h = 1 - 2^(-5-h)) | none
+    gla_feature_map: str = "identity"  # phi on q and k: identity (GLA) | elu (elu + 1, Katharopoulos) | relu
     gla_chunk: int = 64           # chunk length of the chunked parallel form
     gla_output_gate: str = "swish"  # swish (o * silu(x W_r), the paper's) | none (no r projection)
-    gla_norm: str = "rms"         # rms (per-head RMSNorm on o, the paper's) | none
+    gla_norm: str = "rms"         # rms (per-head RMSNorm on o, the paper's) | sum (o_t / phi(q_t) . sum_j phi(k_j),
+                                  # Katharopoulos et al.; positive maps, no RoPE) | none
 
     def __post_init__(self):
         self.validate()

@@ -1,4 +1,4 @@
-"""Gated linear attention (GLA, Yang et al. 2023) and plain causal linear attention.
+"""Gated linear attention (GLA, Yang et al. 2023) and the linear-attention family around it.
 
 Softmax attention is replaced by a recurrence over a fixed-size state per KV head:
 
@@ -6,9 +6,16 @@ Softmax attention is replaced by a recurrence over a fixed-size state per KV hea
     o_t = scale * q_t S_t
 
 so decoding keeps one (Dk, Dv) matrix per head instead of a cache that grows with the
-context. gla_gate=data makes the decay data-dependent (g = logsigmoid(W2 W1 x) / 16, a
-rank-16 projection, as in the paper and flash-linear-attention); gla_gate=none is plain
-linear attention (g = 0: nothing is forgotten, o = Q (K^T V) masked causally).
+context. The family, one knob per part (GLA is data / identity / rms / swish):
+
+    decay        gla_gate         data: g = logsigmoid(W2 W1 x) / 16, a rank-16 projection (GLA);
+                                  fixed: g = log gamma_h, gamma_h = 1 - 2^(-5-h) per KV head (RetNet);
+                                  none: g = 0, nothing is forgotten (o = Q (K^T V) masked causally)
+    feature map  gla_feature_map  identity | elu (elu + 1, Katharopoulos et al. 2020) | relu
+    normaliser   gla_norm         rms: per-head RMSNorm of o; sum: o_t / (phi(q_t) . sum_j decayed phi(k_j)),
+                                  Katharopoulos et al.'s, carried as one more value channel of ones
+                                  (positive maps only, no RoPE); none
+    output gate  gla_output_gate  swish: o * silu(x W_r) | none
 
 The layer (flash-linear-attention's GatedLinearAttention, without its expansion factors):
 
@@ -31,6 +38,7 @@ attn_impl says.
 """
 import functools
 
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -46,10 +54,11 @@ GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/
 
 class GatedLinearAttention(Attention):
     decodes_any_length = True  # a constant state
-    FEATURE_MAPS = ("identity", "elu")
-    GATES = ("data", "none")
+    FEATURE_MAPS = ("identity", "elu", "relu")
+    GATES = ("data", "fixed", "none")
     OUTPUT_GATES = ("swish", "none")
-    NORMS = ("rms", "none")
+    NORMS = ("rms", "sum", "none")
+    SUM_EPS = 1e-6  # Katharopoulos et al.'s: a relu query may see no positive key feature yet
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -65,8 +74,13 @@ class GatedLinearAttention(Attention):
             self.gk_proj = nn.Sequential(nn.Linear(config.n_embd, GATE_LOW_RANK, bias=False),
                                          nn.Linear(GATE_LOW_RANK, Hkv * D, bias=True))
         # Linear attention's output has no softmax bounding its scale; the per-head
-        # RMSNorm (weights shared by the heads, as in flash-linear-attention) restores it.
+        # RMSNorm (weights shared by the heads, as in flash-linear-attention) restores it, or the
+        # sum normaliser divides by phi(q_t) . sum_j phi(k_j) (carried as one more value channel).
         self.o_norm = nn.RMSNorm(D, eps=1e-5) if config.gla_norm == "rms" else nn.Identity()
+        self.sum_normalised = config.gla_norm == "sum"
+        # RetNet's multi-scale decays, gamma_h = 1 - 2^(-5-h), one per KV head (gla_gate=fixed)
+        gamma = 1 - 2.0 ** (-5 - torch.arange(Hkv, dtype=torch.float32))
+        self.register_buffer("fixed_log_decay", gamma.log() if config.gla_gate == "fixed" else None, persistent=False)
         self.setup_output_and_positions(config)
         self.feature_map, self.chunk = config.gla_feature_map, config.gla_chunk
 
@@ -88,6 +102,12 @@ class GatedLinearAttention(Attention):
             raise ValueError(f"unknown gla_norm={config.gla_norm!r}; choose rms or none")
         if config.attn_output_gate != "none":
             raise ValueError("attn_output_gate is for softmax attention; GLA has its own: gla_output_gate=swish|none")
+        if config.gla_norm == "sum" and config.gla_feature_map == "identity":
+            raise ValueError("gla_norm=sum divides by phi(q) . sum phi(k), which the identity map can make zero or "
+                             "negative; use gla_feature_map=elu or relu (positive)")
+        if config.gla_norm == "sum" and config.pos_encoding == "rope":
+            raise ValueError("gla_norm=sum divides by phi(q) . sum phi(k), which RoPE's rotation can make zero or "
+                             "negative; use pos_encoding sinusoidal or none")
         if config.gla_chunk < 1:
             raise ValueError(f"gla_chunk={config.gla_chunk} must be at least 1 (64 is the default)")
 
@@ -100,10 +120,16 @@ class GatedLinearAttention(Attention):
         v = v.view(B, T, Hkv, D).transpose(1, 2)
         if self.feature_map == "elu":
             q, k = F.elu(q) + 1, F.elu(k) + 1
+        elif self.feature_map == "relu":
+            q, k = F.relu(q), F.relu(k)
         q, k = self.rope(pos, q, k)  # after phi, so q.k keeps RoPE's relative-position form
         g = None
         if self.gk_proj is not None:
             g = (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
+        elif self.fixed_log_decay is not None:
+            g = self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D).contiguous()
+        if self.sum_normalised:  # a channel of ones: its output is the normaliser phi(q_t) . sum_j phi(k_j)
+            v = torch.cat([v, v.new_ones(B, Hkv, T, 1)], dim=-1)
         record_linear(q, k, g, pos, scale=D ** -0.5)  # no-op unless analyze.py records (attention/record.py)
 
         if cache is not None and T == 1:
@@ -113,6 +139,8 @@ class GatedLinearAttention(Attention):
                                                          initial_state=None if cache is None else cache.state)
         if cache is not None:
             cache.update(state, T)
+        if self.sum_normalised:
+            o = o[..., :D] / (o[..., D:] + self.SUM_EPS)
         o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
         if self.gated:
             o = o * F.silu(r[0].view(B, T, H, D))
@@ -121,7 +149,12 @@ class GatedLinearAttention(Attention):
 
     def kernel_cases(self) -> dict:
         return {"forward": ("kernels.gla", dict(chunk_size=self.chunk, head_dim_k=self.head_dim,
-                                                head_dim_v=self.head_dim))}
+                                                head_dim_v=self.value_dim))}
+
+    @property
+    def value_dim(self) -> int:
+        """Value channels the recurrence carries: the head's, plus the sum normaliser's ones."""
+        return self.head_dim + self.sum_normalised
 
     def _full_sequence_gla(self, device):
         """The GLA form that attn_impl resolved to on `device` (see the module docstring)."""
@@ -135,7 +168,7 @@ class GatedLinearAttention(Attention):
 
     def init_cache(self, batch_size, max_len, device, dtype):
         """One fp32 state per KV head; max_len is not needed (the state never grows)."""
-        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.head_dim), device)
+        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.value_dim), device)
 
     def attn_flops_per_token(self, seq_len: int) -> float:
         """Chunked form per token: q.k and A.v within its chunk (2*D*chunk each), q.S and the
@@ -148,4 +181,4 @@ class GatedLinearAttention(Attention):
 
     def cache_state_elems(self) -> int:
         """Elements of this layer's decoding state for batch 1, whatever the length."""
-        return self.n_kv_head * self.head_dim * self.head_dim
+        return self.n_kv_head * self.head_dim * self.value_dim

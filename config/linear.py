@@ -1,10 +1,13 @@
-# Plain causal linear attention (Katharopoulos et al. 2020): softmax(QK^T)V replaced by
-# phi(Q)(phi(K)^T V) with phi = elu + 1 and no decay, so the state never forgets. It is
-# GLA's layer with gla_gate=none (same RMSNorm and output gate): the decay's ablation.
+# Linear attention as Katharopoulos et al. 2020 write it ("Transformers are RNNs"): phi = elu + 1,
+# o_t = phi(q_t) S_t / (phi(q_t) . z_t) with S_t = sum_j phi(k_j)^T v_j and z_t = sum_j phi(k_j):
+# no decay (the state never forgets), the sum normaliser, no output gate, no RMSNorm, no positions
+# (the normaliser needs phi(q) . phi(k) >= 0, which RoPE's rotation breaks).
 include("base_shakespeare_char.py")
 out_dir = "out-linear"
 attention = "gla"
-pos_encoding = "rope"     # without a decay, RoPE is its only sense of distance
+pos_encoding = "none"
 gla_gate = "none"
 gla_feature_map = "elu"
+gla_norm = "sum"
+gla_output_gate = "none"
 gla_chunk = 16

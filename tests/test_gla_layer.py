@@ -309,8 +309,8 @@ def test_decode_state_does_not_grow():
 @pytest.mark.parametrize("kwargs,words", [
     (dict(pos_encoding="alibi"), "attention=gla works with pos_encoding rope, sinusoidal or none"),
     (dict(pos_encoding="learned"), "attention=gla works with pos_encoding rope, sinusoidal or none"),
-    (dict(gla_gate="sigmoid"), "unknown gla_gate='sigmoid'; choose one of data, none"),
-    (dict(gla_feature_map="relu"), "unknown gla_feature_map='relu'; choose one of identity, elu"),
+    (dict(gla_gate="sigmoid"), "unknown gla_gate='sigmoid'; choose one of data, fixed, none"),
+    (dict(gla_feature_map="softplus"), "unknown gla_feature_map='softplus'; choose one of identity, elu, relu"),
     (dict(gla_chunk=0), "gla_chunk=0 must be at least 1"),
     (dict(n_kv_head=3), "not divisible by n_kv_head"),
 ])

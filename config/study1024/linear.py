@@ -1,3 +1,3 @@
-# linear in the GPU tier (config/linear.py as it is; fineweb30m.py says the scale and the command).
-include("../linear.py")
+# linear in the GPU tier (GLA without its decay, config/gla_nodecay.py; fineweb30m.py says the scale and the command).
+include("../gla_nodecay.py")  # the study's "linear": GLA without its decay
 include("fineweb30m.py")
