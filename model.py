@@ -78,7 +78,8 @@ class GPTConfig:
     moba_topk: int = 2            # moba: earlier key blocks each query picks by q . mean(k), besides its own
     # --- gated linear attention (attention/gla.py) ---
     gla_gate: str = "data"        # the decay: data (GLA's, from x) | fixed (RetNet's gamma_h = 1 - 2^(-5-h)) | none
-    gla_feature_map: str = "identity"  # phi on q and k: identity (GLA) | elu (elu + 1, Katharopoulos) | relu
+    gla_feature_map: str = "identity"  # phi on q and k: identity (GLA) | elu (elu + 1, Katharopoulos) | relu |
+                                  # softmax (Efficient Attention's pair: q over features, k over the keys seen)
     gla_chunk: int = 64           # chunk length of the chunked parallel form
     gla_output_gate: str = "swish"  # swish (o * silu(x W_r), the paper's) | none (no r projection)
     gla_norm: str = "rms"         # rms (per-head RMSNorm on o, the paper's) | sum (o_t / phi(q_t) . sum_j phi(k_j),

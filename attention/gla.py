@@ -11,7 +11,10 @@ context. The family, one knob per part (GLA is data / identity / rms / swish):
     decay        gla_gate         data: g = logsigmoid(W2 W1 x) / 16, a rank-16 projection (GLA);
                                   fixed: g = log gamma_h, gamma_h = 1 - 2^(-5-h) per KV head (RetNet);
                                   none: g = 0, nothing is forgotten (o = Q (K^T V) masked causally)
-    feature map  gla_feature_map  identity | elu (elu + 1, Katharopoulos et al. 2020) | relu
+    feature map  gla_feature_map  identity | elu (elu + 1, Katharopoulos et al. 2020) | relu | softmax:
+                                  Efficient Attention's pair (Shen et al. 2021), softmax over each query's
+                                  features and each key feature's exp over the keys seen so far, stable by
+                                  a running max (kernels/gla_chunked.py softmax_pair_inputs)
     normaliser   gla_norm         rms: per-head RMSNorm of o; sum: o_t / (phi(q_t) . sum_j decayed phi(k_j)),
                                   Katharopoulos et al.'s, carried as one more value channel of ones
                                   (positive maps only, no RoPE); none
@@ -45,7 +48,7 @@ import torch.nn.functional as F
 from attention.base import Attention
 from attention.cache import StateCache
 from attention.record import record_linear
-from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step
+from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step, softmax_pair_inputs
 from kernels.reference import naive_recurrent_gla
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
@@ -54,7 +57,7 @@ GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/
 
 class GatedLinearAttention(Attention):
     decodes_any_length = True  # a constant state
-    FEATURE_MAPS = ("identity", "elu", "relu")
+    FEATURE_MAPS = ("identity", "elu", "relu", "softmax")
     GATES = ("data", "fixed", "none")
     OUTPUT_GATES = ("swish", "none")
     NORMS = ("rms", "sum", "none")
@@ -105,6 +108,10 @@ class GatedLinearAttention(Attention):
         if config.gla_norm == "sum" and config.gla_feature_map == "identity":
             raise ValueError("gla_norm=sum divides by phi(q) . sum phi(k), which the identity map can make zero or "
                              "negative; use gla_feature_map=elu or relu (positive)")
+        if config.gla_feature_map == "softmax" and (config.gla_norm == "sum" or config.pos_encoding == "rope"):
+            raise ValueError("gla_feature_map=softmax normalises itself (over the keys seen, per feature) and "
+                             "exponentiates q and k, which RoPE's rotation would mix; use gla_norm rms or none and "
+                             "pos_encoding sinusoidal or none")
         if config.gla_norm == "sum" and config.pos_encoding == "rope":
             raise ValueError("gla_norm=sum divides by phi(q) . sum phi(k), which RoPE's rotation can make zero or "
                              "negative; use pos_encoding sinusoidal or none")
@@ -130,15 +137,19 @@ class GatedLinearAttention(Attention):
             g = self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D).contiguous()
         if self.sum_normalised:  # a channel of ones: its output is the normaliser phi(q_t) . sum_j phi(k_j)
             v = torch.cat([v, v.new_ones(B, Hkv, T, 1)], dim=-1)
-        record_linear(q, k, g, pos, scale=D ** -0.5)  # no-op unless analyze.py records (attention/record.py)
+        state, scale = (cache.state if cache is not None and cache.pos > 0 else None), D ** -0.5
+        if self.feature_map == "softmax":  # the pair becomes GLA's inputs (kernels/gla_chunked.py)
+            q, k, g, state, tail = softmax_pair_inputs(q, k, g, state)
+            scale = 1.0
+        record_linear(q, k, g, pos, scale=scale)  # no-op unless analyze.py records (attention/record.py)
 
-        if cache is not None and T == 1:
-            o, state = recurrent_gla_step(q, k, v, g, cache.state)
+        if cache is not None and T == 1 and state is not None:
+            o, state = recurrent_gla_step(q, k, v, g, state, scale=scale)
         else:
-            o, state = self._full_sequence_gla(x.device)(q, k, v, g, output_final_state=cache is not None,
-                                                         initial_state=None if cache is None else cache.state)
+            o, state = self._full_sequence_gla(x.device)(q, k, v, g, scale=scale, initial_state=state,
+                                                         output_final_state=cache is not None)
         if cache is not None:
-            cache.update(state, T)
+            cache.update(state if self.feature_map != "softmax" else torch.cat([state, tail], dim=-1), T)
         if self.sum_normalised:
             o = o[..., :D] / (o[..., D:] + self.SUM_EPS)
         o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
@@ -156,6 +167,11 @@ class GatedLinearAttention(Attention):
         """Value channels the recurrence carries: the head's, plus the sum normaliser's ones."""
         return self.head_dim + self.sum_normalised
 
+    @property
+    def state_dim(self) -> int:
+        """Columns of the decoding state per key row: the values, plus the softmax pair's log Z, max, decay."""
+        return self.value_dim + 3 * (self.feature_map == "softmax")
+
     def _full_sequence_gla(self, device):
         """The GLA form that attn_impl resolved to on `device` (see the module docstring)."""
         impl = self.impl(device)
@@ -168,7 +184,7 @@ class GatedLinearAttention(Attention):
 
     def init_cache(self, batch_size, max_len, device, dtype):
         """One fp32 state per KV head; max_len is not needed (the state never grows)."""
-        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.value_dim), device)
+        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.state_dim), device)
 
     def attn_flops_per_token(self, seq_len: int) -> float:
         """Chunked form per token: q.k and A.v within its chunk (2*D*chunk each), q.S and the
@@ -181,4 +197,4 @@ class GatedLinearAttention(Attention):
 
     def cache_state_elems(self) -> int:
         """Elements of this layer's decoding state for batch 1, whatever the length."""
-        return self.n_kv_head * self.head_dim * self.value_dim
+        return self.n_kv_head * self.head_dim * self.state_dim

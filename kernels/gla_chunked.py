@@ -163,3 +163,46 @@ def _intra_chunk_scores(qc, kc, b, c):
     eye = torch.eye(ns, device=qc.device, dtype=qc.dtype)[:, None, :, None]   # (ns, 1, ns, 1)
     A = A.view(B, Hkv, G, N, ns, c, ns, c) + A_diag[..., None, :] * eye
     return A.reshape(B, Hkv, G, N, C, C)
+
+
+@in_fp32
+def softmax_pair_inputs(q, k, g, initial_state=None):
+    """Efficient Attention's softmax pair (Shen et al. 2021) in causal form, with an optional decay,
+
+        S_t = diag(exp(g_t)) S_{t-1} + exp(k_t)^T v_t      Z_t = exp(g_t) * Z_{t-1} + exp(k_t)
+        o_t = softmax(q_t) (S_t / Z_t)                      (each feature row of S over its Z; no 1/sqrt(d)),
+
+    rewritten as GLA's recurrence on rescaled inputs, stable for keys of any size as online softmax
+    is: with a_t = k_t - (g_1 + ... + g_t), key j weighs exp(a_j) at time t up to a factor common to
+    the feature row; with the running max m_t = max_{j<=t} a_j, S~_t = sum_j exp(a_j - m_t) v_j is GLA
+    with key exp(a_t - m_t) <= 1 and log-decay m_{t-1} - m_t <= 0, and Z~_t = exp(logcumsumexp(a)_t - m_t)
+    >= 1 divides the query: o_t = (softmax(q_t) / Z~_t) S~_t, scale 1.
+
+    q (B, H, T, D); k, g (B, Hkv, T, D) (g None: no decay); initial_state (B, Hkv, D, Dv + 3) packs
+    [S~ | log Z~ | m | decay so far] (None: nothing seen). Returns GLA's (q, k, g), its initial S~ and
+    the (B, Hkv, D, 3) tail of the final state.
+    """
+    B, H, T, D = q.shape
+    Hkv = k.size(1)
+    k = k.float()
+    if initial_state is None:
+        S0, log_z0 = None, k.new_full((B, Hkv, D), float("-inf"))
+        decay0, m0 = k.new_zeros(B, Hkv, D), k[:, :, 0]              # start the max at the first key
+    else:
+        S0, (log_z0, m0, decay0) = initial_state[..., :-3], initial_state[..., -3:].unbind(-1)
+    decay = decay0[:, :, None] + (g.float().cumsum(dim=2) if g is not None else 0.0)   # (B, Hkv, T, D)
+    a = k - decay
+    m = torch.maximum(torch.cummax(a, dim=2).values, m0[:, :, None])
+    shift = torch.cat([m0[:, :, None], m[:, :, :-1]], dim=2) - m                      # <= 0
+    log_z = torch.logaddexp(log_z0[:, :, None] + m0[:, :, None] - m, torch.logcumsumexp(a, dim=2) - m)
+    q_gla = q.float().softmax(dim=-1) / log_z.exp().repeat_interleave(H // Hkv, dim=1)
+    tail = torch.stack([log_z[:, :, -1], m[:, :, -1], decay[:, :, -1]], dim=-1)
+    return q_gla, (a - m).exp(), shift, S0, tail
+
+
+def softmax_pair_gla(q, k, v, g, initial_state=None, output_final_state=False, gla=chunk_gla):
+    """o (B, H, T, Dv) and the packed state of softmax_pair_inputs, by `gla` (chunk_gla, the Triton
+    kernel or kernels.reference.naive_recurrent_gla)."""
+    q, k, g, S0, tail = softmax_pair_inputs(q, k, g, initial_state)
+    o, S = gla(q, k, v, g, scale=1.0, initial_state=S0, output_final_state=True)
+    return o, (torch.cat([S, tail], dim=-1) if output_final_state else None)

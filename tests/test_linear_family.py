@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from helpers import decode_in_chunks, set_attn_impl, tiny_model_kwargs
 from model import GPT, GPTConfig
 
-MAPS = {"identity": lambda t: t, "elu": lambda t: F.elu(t) + 1, "relu": F.relu}
+MAPS = {"identity": lambda t: t, "elu": lambda t: F.elu(t) + 1, "relu": F.relu, "softmax": None}
 COMBOS = [c for c in itertools.product(("none", "fixed", "data"), MAPS, ("rms", "sum", "none"))
-          if not (c[1] == "identity" and c[2] == "sum")]   # refused: see test_bad_combinations
+          if not (c[1] in ("identity", "softmax") and c[2] == "sum")]   # refused: see test_bad_combinations
 
 
 def layer_kwargs(decay, fmap, norm, **kw):
@@ -27,8 +27,9 @@ def quadratic_reference(layer, x, decay, fmap, norm):
     B, T, _ = x.shape
     H, Hkv, D = layer.n_head, layer.n_kv_head, layer.head_dim
     q, k, v, r = layer.c_attn(x).split([H * D, Hkv * D, Hkv * D, H * D], dim=-1)
-    q, k = MAPS[fmap](q.view(B, T, H, D)), MAPS[fmap](k.view(B, T, Hkv, D))
-    v = v.view(B, T, Hkv, D)
+    q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
+    if fmap != "softmax":
+        q, k = MAPS[fmap](q), MAPS[fmap](k)
     if decay == "data":                                          # GLA: logsigmoid(W2 W1 x) / 16
         g = (F.logsigmoid(layer.gk_proj(x)) / 16).view(B, T, Hkv, D)
     elif decay == "fixed":                                       # RetNet: log(1 - 2^(-5-h)) per KV head
@@ -40,12 +41,22 @@ def quadratic_reference(layer, x, decay, fmap, norm):
     kv_head = torch.arange(H) // (H // Hkv)
     decays = torch.exp(G[:, :, None, kv_head] - G[:, None, :, kv_head])   # (B, i, j, H, D): exp(G_i - G_j)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if fmap == "softmax":  # Efficient Attention: per feature d, key j weighs exp(k_jd) exp(G_id - G_jd)
+        w = (k[:, None, :, kv_head].double().exp() * decays.double()).masked_fill(~causal[None, :, :, None, None], 0)
+        rows = torch.einsum("bijhd,bjhe->bihde", w, v[:, :, kv_head].double()) / w.sum(2)[..., None]
+        o = torch.einsum("bihd,bihde->bhie", q.double().softmax(-1), rows).float()
+        return finish(layer, o, r, norm, B, T, H, D)
     A = torch.einsum("bihd,bijhd,bjhd->bhij", q, decays.masked_fill(~causal[None, :, :, None, None], 0.0),
                      k[:, :, kv_head]) / math.sqrt(D)                         # (B, H, T, T)
     o = A @ v[:, :, kv_head].transpose(1, 2)                                  # (B, H, T, D)
     if norm == "sum":
         o = o / (A.sum(-1, keepdim=True) + 1e-6)
-    elif norm == "rms":
+    return finish(layer, o, r, norm, B, T, H, D)
+
+
+def finish(layer, o, r, norm, B, T, H, D):
+    """o (B, H, T, D) through the per-head RMSNorm (norm=rms), the swish gate and c_proj."""
+    if norm == "rms":
         o = F.rms_norm(o, (D,), layer.o_norm.weight, eps=1e-5)
     o = o.transpose(1, 2) * F.silu(r.view(B, T, H, D))
     return layer.c_proj(o.reshape(B, T, H * D))
@@ -78,7 +89,31 @@ def test_decoding_equals_the_full_forward(decay, fmap, norm):
         set_attn_impl(model, "naive")
         naive, _ = model(idx)
     assert (full - stepped).abs().max().item() <= 1e-4 and (full - naive).abs().max().item() <= 1e-4
-    assert caches[0].state.shape[-1] == 8 + (norm == "sum")       # the normaliser's channel
+    assert caches[0].state.shape[-1] == 8 + (norm == "sum") + 3 * (fmap == "softmax")   # normalisers' columns
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_the_softmax_pair_is_finite_and_exact_for_keys_of_magnitude_50(decay):
+    """The pair against float64 math without any rescaling (exp(50) fits float64), with its
+    gradients finite: the running max keeps every exponent <= 0 in fp32."""
+    from kernels.gla_chunked import chunk_gla, softmax_pair_gla
+    from kernels.reference import naive_recurrent_gla
+    g = torch.Generator().manual_seed(0)
+    q, v = torch.randn(1, 2, 40, 8, generator=g), torch.randn(1, 1, 40, 8, generator=g)
+    k = (50 * torch.randn(1, 1, 40, 8, generator=g)).requires_grad_()
+    gate = -torch.rand(1, 1, 40, 8, generator=g) if decay else None
+    S, Z, expected = torch.zeros(8, 8, dtype=torch.float64), torch.zeros(8, dtype=torch.float64), []
+    for t in range(40):
+        e = torch.ones(8, dtype=torch.float64) if gate is None else gate[0, 0, t].double().exp()
+        S = e[:, None] * S + k[0, 0, t].double().exp()[:, None] * v[0, 0, t].double()[None]
+        Z = e * Z + k[0, 0, t].double().exp()
+        expected.append(q[0, :, t].double().softmax(-1) @ (S / Z[:, None]))
+    expected = torch.stack(expected, dim=1)                               # (2, 40, 8)
+    for gla in (chunk_gla, naive_recurrent_gla):
+        o, _ = softmax_pair_gla(q, k, v, gate, gla=gla)
+        assert (o[0].double() - expected).abs().max().item() <= 1e-5
+        (grad,) = torch.autograd.grad(o.sum(), [k])
+        assert torch.isfinite(grad).all()
 
 
 def test_gla_defaults_keep_their_weights_and_buffers():
@@ -92,6 +127,8 @@ def test_gla_defaults_keep_their_weights_and_buffers():
     (dict(gla_norm="sum", gla_feature_map="identity", pos_encoding="none"), "use gla_feature_map=elu or relu"),
     (dict(gla_norm="sum", gla_feature_map="elu", pos_encoding="rope"), "use pos_encoding sinusoidal or none"),
     (dict(gla_feature_map="tanh"), "unknown gla_feature_map='tanh'"),
+    (dict(gla_feature_map="softmax", pos_encoding="none", gla_norm="sum"), "softmax normalises itself"),
+    (dict(gla_feature_map="softmax", pos_encoding="rope"), "softmax normalises itself"),
     (dict(gla_gate="learned"), "unknown gla_gate='learned'"),
     (dict(pos_encoding="alibi"), "attention=gla works with pos_encoding"),
 ])
