@@ -40,8 +40,15 @@ def train_losses(attn_impl, steps=4, block_size=24, **kw):
                                      sparse_block=16, sparse_window=2, sparse_global=1, sparse_random=0),
                                 # a window of 9 across the interpreter's 16/32 tiles; sdpa runs the
                                 # chunked path there (T = 23 > 2 * 9)
-                                dict(attention="swa", pos_encoding="alibi", n_kv_head=2, sliding_window=9)],
-                         ids=["gqa-rope", "mha-alibi", "mla-rope", "bigbird-alibi-gqa", "swa-alibi-gqa"])
+                                dict(attention="swa", pos_encoding="alibi", n_kv_head=2, sliding_window=9),
+                                # the linear family on the GLA kernel: a fixed decay and the sum
+                                # normaliser's extra value channel (Dv = 17), and the softmax pair
+                                dict(attention="gla", pos_encoding="none", gla_gate="fixed", gla_norm="sum",
+                                     gla_feature_map="elu", gla_chunk=16),
+                                dict(attention="gla", pos_encoding="none", gla_gate="data", gla_norm="none",
+                                     gla_feature_map="softmax", gla_chunk=16)],
+                         ids=["gqa-rope", "mha-alibi", "mla-rope", "bigbird-alibi-gqa", "swa-alibi-gqa",
+                              "linear-fixed-sum", "efficient-data"])
 def test_triton_training_matches_sdpa(kw):
     triton_losses, sdpa_losses = train_losses("triton", **kw), train_losses("sdpa", **kw)
     assert max(abs(a - b) for a, b in zip(triton_losses, sdpa_losses)) <= 1e-4
