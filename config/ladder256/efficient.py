@@ -1,0 +1,3 @@
+# efficient at context 256 (config/efficient.py as it is).
+include("../efficient.py")
+include("ctx256.py")

@@ -1,0 +1,3 @@
+# gla at context 256 (config/gla.py as it is).
+include("../gla.py")
+include("ctx256.py")

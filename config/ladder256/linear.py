@@ -1,0 +1,3 @@
+# linear at context 256 (config/linear.py as it is).
+include("../linear.py")
+include("ctx256.py")

@@ -1,0 +1,3 @@
+# retnet at context 256 (config/retnet.py as it is).
+include("../retnet.py")
+include("ctx256.py")
