@@ -102,7 +102,8 @@ class GPTConfig:
 
     def validate(self):
         """Raise ValueError with one line naming the problem and what is allowed."""
-        for name in dict.fromkeys(self.attention_plan):
+        plan = self.attention_plan
+        for name in dict.fromkeys(plan):
             if name not in VARIANTS:
                 where = f" in the plan attention={self.attention!r}" if "," in self.attention else ""
                 raise ValueError(f"unknown attention={name!r}{where}; choose one of {', '.join(VARIANTS)}")
@@ -124,7 +125,7 @@ class GPTConfig:
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
         for key, owner in EXCLUSIVE_KEYS.items():  # another variant's shape keys would be silently ignored
-            if owner not in self.attention_plan and getattr(self, key) != getattr(GPTConfig, key):
+            if owner not in plan and getattr(self, key) != getattr(GPTConfig, key):
                 raise ValueError(f"{key} is an attention={owner} key; leave it unset with attention={self.attention}")
         if "," in self.attention:
             self.validate_plan()
@@ -140,7 +141,7 @@ class GPTConfig:
     def validate_plan(self):
         """A per-layer plan: one variant per layer, and every variant's own rules on a copy of this
         config with that attention (other variants' keys at their defaults there)."""
-        plan = [a.strip() for a in self.attention.split(",")]
+        plan = self.attention_plan  # as written: a plan names its layers
         if len(plan) != self.n_layer:
             raise ValueError(f"attention={self.attention!r} plans {len(plan)} layers but n_layer={self.n_layer}; "
                              "name one variant per layer")

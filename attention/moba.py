@@ -44,8 +44,7 @@ def block_gates(q, k, k_pos, q_pos, blk):
     Hkv, Tk = k.size(1), k.size(2)
     nb = -(-Tk // blk)
     kb = F.pad(k, (0, 0, 0, nb * blk - Tk)).view(B, Hkv, nb, blk, D)
-    counts = torch.full((nb,), blk, device=k.device).index_fill_(0, torch.tensor([nb - 1], device=k.device),
-                                                                 Tk - (nb - 1) * blk)
+    counts = (Tk - blk * torch.arange(nb, device=k.device)).clamp(max=blk)             # keys per block
     means = kb.sum(dim=3) / counts[:, None].to(k.dtype)                              # (B, Hkv, nb, D)
     means = means.repeat_interleave(H // Hkv, dim=1)                                  # (B, H, nb, D)
     gates = (q @ means.transpose(-1, -2)).float()                                     # (B, H, Tq, nb)

@@ -56,9 +56,7 @@ def parse_lengths(text):
 
 def split_tokens(ckpt, run_dir, data_dir=None, split="val"):
     """The run's val or test split (uint16/uint32 memmap) from its data_dir/dataset and meta.json."""
-    cfg = ckpt.get("config") or {}
-    dataset = cfg.get("dataset", "shakespeare_char")
-    folder = os.path.join(data_dir or cfg.get("data_dir", "data"), dataset)
+    folder, dataset = split_folder(ckpt, data_dir)
     path = os.path.join(folder, f"{split}.bin")
     if split == "test" and os.path.isdir(folder) and not os.path.isfile(path):
         raise CheckpointError(f"{run_dir}: {dataset} has no test split ({path}); re-run its prepare script with "
@@ -70,9 +68,16 @@ def split_tokens(ckpt, run_dir, data_dir=None, split="val"):
     return np.memmap(path, dtype=np.dtype(dtype), mode="r")
 
 
-def split_targets(ckpt, tokens_path_like, run_dir):
+def split_folder(ckpt, data_dir=None):
+    """(folder, dataset name) of the run's data: --data_dir or the run's data_dir, then its dataset."""
+    cfg = ckpt.get("config") or {}
+    dataset = cfg.get("dataset", "shakespeare_char")
+    return os.path.join(data_dir or cfg.get("data_dir", "data"), dataset), dataset
+
+
+def split_targets(ckpt, run_dir, data_dir=None, split="val"):
     """A dataset of examples: the targets file beside the split's tokens (int32, -1 not counted)."""
-    path = tokens_path_like[:-len(".bin")] + ".targets.bin"
+    path = os.path.join(split_folder(ckpt, data_dir)[0], f"{split}.targets.bin")
     if not os.path.isfile(path):
         raise CheckpointError(f"{run_dir}: {path} is missing (its meta.json says format=examples); re-run the "
                               "prepare script")
@@ -214,8 +219,7 @@ def evaluate_run(run_dir, name, lengths, args, device):
     for change in settings:
         model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **change), path, device)
         config, label = model.config, name + (f" [{scaling_label(model.config)}]" if change else "")
-        row = {"run": label, "attention": config.attention, "pos_encoding": config.pos_encoding,
-               "rope_scaling": config.rope_scaling, "rope_factor": config.rope_factor, "block_size": config.block_size}
+        row = row_head(label, config)
         for length in lengths:
             reason, buckets = why_not(model, length, len(tokens)), None
             if reason:
@@ -240,19 +244,21 @@ def evaluate_examples(ckpt, path, tokens, run_dir, name, lengths, args, device):
     """A dataset of examples: rows of row_len tokens, loss and accuracy on the counted targets; other
     lengths are n/a (an example is one row)."""
     row_len = ckpt["meta"]["row_len"]
-    folder = os.path.join(args.data_dir or (ckpt.get("config") or {}).get("data_dir", "data"),
-                          (ckpt.get("config") or {}).get("dataset", ""))
-    targets = split_targets(ckpt, os.path.join(folder, f"{args.split}.bin"), run_dir)[:len(tokens)]
+    targets = split_targets(ckpt, run_dir, args.data_dir, args.split)[:len(tokens)]
     model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path), path, device)
-    config, rows = model.config, []
+    rows = []
     for length in lengths:
         reason = None if length == row_len else f"examples are rows of {row_len} tokens"
         loss, acc = (None, None) if reason else examples_loss(model, tokens, targets, row_len, args.batch_size,
                                                               device, f"{name} examples")
-        rows.append({"run": name, "attention": config.attention, "pos_encoding": config.pos_encoding,
-                     "rope_scaling": config.rope_scaling, "rope_factor": config.rope_factor,
-                     "block_size": config.block_size, "length": length, "loss": loss, "acc": acc, "why": reason})
+        rows.append({**row_head(name, model.config), "length": length, "loss": loss, "acc": acc, "why": reason})
     return rows
+
+
+def row_head(label, config):
+    """What every row of one run and setting starts with."""
+    return {"run": label, "attention": config.attention, "pos_encoding": config.pos_encoding,
+            "rope_scaling": config.rope_scaling, "rope_factor": config.rope_factor, "block_size": config.block_size}
 
 
 def scaling_label(config):
