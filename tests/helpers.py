@@ -9,6 +9,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from model import GPT, GPTConfig  # noqa: E402  (after the root is on sys.path)
+
 ATTENTIONS = {"mha": 0, "gqa": 2, "mqa": 0}   # attention -> n_kv_head (0 = implied)
 POS_ENCODINGS = ("rope", "alibi", "learned", "sinusoidal", "none")
 
@@ -17,6 +19,36 @@ def tiny_model_kwargs(**overrides):
     kw = dict(block_size=32, vocab_size=65, n_layer=2, n_head=4, n_embd=32, dropout=0.0, bias=False)
     kw.update(overrides)
     return kw
+
+
+def perturbed_model(seed=0, **overrides):
+    """A tiny GPT (tiny_model_kwargs + overrides) in eval mode, seeded, every weight moved by
+    N(0, 0.05): larger weights than init, so that positions, heads and gates matter."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(**tiny_model_kwargs(**overrides))).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def accepts(**overrides):
+    """Whether GPTConfig validates tiny_model_kwargs + overrides (a combination the model takes)."""
+    try:
+        GPTConfig(**tiny_model_kwargs(**overrides))
+        return True
+    except ValueError:
+        return False
+
+
+def naive_gap(model, idx):
+    """Max abs difference of the logits with the model's attn_impl and with attn_impl=naive (the
+    dense reference math); leaves the model on naive."""
+    with torch.no_grad():
+        fast, _ = model(idx)
+        set_attn_impl(model, "naive")
+        naive, _ = model(idx)
+    return (fast - naive).abs().max().item()
 
 
 def train_args(data_root, out_dir, *extra):
@@ -90,7 +122,7 @@ def assert_sampling_same_with_and_without_cache(out_dir, capsys, max_new_tokens=
 def decode_in_chunks(model, idx, splits=(7, 12)):
     """Logits of idx decoded with caches: a prefill up to splits[0], a multi-token call up to
     splits[1], then one token at a time. Returns (logits (B, T, V), caches)."""
-    caches = model.init_caches(idx.size(0), 32)
+    caches = model.init_caches(idx.size(0), idx.size(1))
     bounds = [0, *splits, *range(splits[-1] + 1, idx.size(1) + 1)]
     logits = [model(idx[:, a:b], caches=caches)[0] for a, b in zip(bounds, bounds[1:])]
     return torch.cat(logits, dim=1), caches

@@ -24,6 +24,7 @@ from helpers import (
     ROOT,
     assert_sampling_same_with_and_without_cache,
     decode_in_chunks,
+    perturbed_model,
     reference_qkv_attention,
     set_attn_impl,
     tiny_model_kwargs,
@@ -36,12 +37,7 @@ SPARSE = dict(attention="bigbird", sparse_block=4, sparse_window=2, sparse_globa
 
 
 def make_model(pos_encoding="rope", seed=0, **kw):
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(**tiny_model_kwargs(**{**SPARSE, "pos_encoding": pos_encoding, **kw}))).eval()
-    with torch.no_grad():  # larger weights than init so that positions and heads matter
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return perturbed_model(seed, **{**SPARSE, "pos_encoding": pos_encoding, **kw})
 
 
 def naive_token_mask(layout, blk, T):

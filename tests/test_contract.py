@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attention import VARIANTS
-from helpers import POS_ENCODINGS, decode_in_chunks, tiny_model_kwargs
+from helpers import POS_ENCODINGS, accepts, decode_in_chunks, perturbed_model, tiny_model_kwargs
 from model import GPT, GPTConfig
 
 VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
@@ -14,25 +14,12 @@ VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
                   "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2)}
 
 
-def accepted(attention, pos_encoding):
-    try:
-        GPTConfig(**tiny_model_kwargs(attention=attention, pos_encoding=pos_encoding, **VARIANT_KWARGS[attention]))
-        return True
-    except ValueError:
-        return False
-
-
-CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS if accepted(a, p)]
+CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS
+         if accepts(attention=a, pos_encoding=p, **VARIANT_KWARGS[a])]
 
 
 def make_model(attention, pos_encoding):
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**tiny_model_kwargs(attention=attention, pos_encoding=pos_encoding,
-                                              **VARIANT_KWARGS[attention]))).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return perturbed_model(attention=attention, pos_encoding=pos_encoding, **VARIANT_KWARGS[attention])
 
 
 def test_every_registered_variant_is_checked():

@@ -21,6 +21,7 @@ from attention.gla import GATE_NORMALIZER
 from helpers import (
     assert_sampling_same_with_and_without_cache,
     decode_in_chunks,
+    perturbed_model,
     set_attn_impl,
     tiny_model_kwargs,
     train_args,
@@ -204,13 +205,9 @@ def test_long_sequence_layer_forward_backward_finite():
 # ---------------------------------------------------------------- the layer and the model
 
 def make_model(pos_encoding="rope", gla_gate="data", gla_feature_map="identity", n_kv_head=0, **kw):
-    torch.manual_seed(0)
-    cfg = GPTConfig(**tiny_model_kwargs(attention="gla", pos_encoding=pos_encoding, gla_gate=gla_gate,
-                                        gla_feature_map=gla_feature_map, n_kv_head=n_kv_head, gla_chunk=8, **kw))
-    model = GPT(cfg).eval()
-    with torch.no_grad():  # larger weights than init so that positions, heads and decays matter
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    model = perturbed_model(attention="gla", pos_encoding=pos_encoding, gla_gate=gla_gate,
+                            gla_feature_map=gla_feature_map, n_kv_head=n_kv_head, gla_chunk=8, **kw)
+    with torch.no_grad():
         for block in model.h:
             if block.attn.gk_proj is not None:  # decays from ~0.6 to ~1 per step, per channel
                 block.attn.gk_proj[1].bias.copy_(torch.randn_like(block.attn.gk_proj[1].bias) * 3)

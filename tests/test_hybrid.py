@@ -4,7 +4,7 @@ a checkpoint round trip, and one-line refusals."""
 import pytest
 import torch
 
-from helpers import POS_ENCODINGS, decode_in_chunks, tiny_model_kwargs
+from helpers import POS_ENCODINGS, accepts, decode_in_chunks, perturbed_model, tiny_model_kwargs
 from model import GPT, GPTConfig
 
 PLANS = {"swa,mha": dict(sliding_window=8), "gla,mha": dict(gla_chunk=8),
@@ -12,23 +12,11 @@ PLANS = {"swa,mha": dict(sliding_window=8), "gla,mha": dict(gla_chunk=8),
 
 
 def make(plan, pos_encoding="rope"):
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(**tiny_model_kwargs(attention=plan, pos_encoding=pos_encoding, **PLANS[plan]))).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return perturbed_model(attention=plan, pos_encoding=pos_encoding, **PLANS[plan])
 
 
-def accepted(plan, pos):
-    try:
-        GPTConfig(**tiny_model_kwargs(attention=plan, pos_encoding=pos, **PLANS[plan]))
-        return True
-    except ValueError:
-        return False
-
-
-@pytest.mark.parametrize("plan,pos", [(a, p) for a in PLANS for p in POS_ENCODINGS if accepted(a, p)])
+@pytest.mark.parametrize("plan,pos", [(a, p) for a in PLANS for p in POS_ENCODINGS
+                                      if accepts(attention=a, pos_encoding=p, **PLANS[a])])
 def test_cached_decoding_equals_the_full_forward(plan, pos):
     model = make(plan, pos)
     assert [type(b.attn).__name__ for b in model.h] == [

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attention.moba as moba
-from helpers import set_attn_impl, tiny_model_kwargs
+from helpers import decode_in_chunks, naive_gap, perturbed_model, tiny_model_kwargs
 from model import GPT, GPTConfig
 
 
@@ -43,14 +43,7 @@ def masked_softmax_reference(layer, x, keep):
 
 
 def moba_model(pos_encoding="rope", blk=4, topk=2, **kw):
-    torch.manual_seed(0)
-    cfg = GPTConfig(**tiny_model_kwargs(attention="moba", pos_encoding=pos_encoding, sparse_block=blk,
-                                        moba_topk=topk, **kw))
-    model = GPT(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return perturbed_model(attention="moba", pos_encoding=pos_encoding, sparse_block=blk, moba_topk=topk, **kw)
 
 
 @pytest.mark.parametrize("path", ["gathered", "dense"])
@@ -104,12 +97,10 @@ def test_prefill_then_steps_equal_the_full_forward(monkeypatch):
     monkeypatch.setattr(moba, "GATHER_FROM", 0)
     model = moba_model("rope", blk=4, topk=2, n_kv_head=2)
     idx = torch.randint(0, 65, (2, 32), generator=torch.Generator().manual_seed(3))
-    caches = model.init_caches(2, 32)
     with torch.no_grad():
         full, _ = model(idx)
-        steps = [model(idx[:, :13], caches=caches)[0]] + [model(idx[:, t:t + 1], caches=caches)[0]
-                                                          for t in range(13, 32)]
-    assert (torch.cat(steps, dim=1) - full).abs().max().item() <= 1e-4
+        stepped, _ = decode_in_chunks(model, idx, splits=(13,))
+    assert (stepped - full).abs().max().item() <= 1e-4
 
 
 def test_greedy_generation_is_the_same_without_the_cache():
@@ -122,11 +113,7 @@ def test_greedy_generation_is_the_same_without_the_cache():
 def test_naive_is_the_dense_masked_form():
     model = moba_model("alibi", blk=4, topk=1)
     idx = torch.randint(0, 65, (2, 30), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        fast, _ = model(idx)
-        set_attn_impl(model, "naive")
-        naive, _ = model(idx)
-    assert (fast - naive).abs().max().item() <= 1e-5
+    assert naive_gap(model, idx) <= 1e-5
 
 
 def test_moba_refuses_bad_settings():

@@ -9,6 +9,7 @@ from helpers import (
     ATTENTIONS,
     POS_ENCODINGS,
     decode_in_chunks,
+    perturbed_model,
     reference_qkv_attention,
     set_attn_impl,
     tiny_model_kwargs,
@@ -19,14 +20,7 @@ COMBOS = list(itertools.product(ATTENTIONS, POS_ENCODINGS))
 
 
 def make_model(attention, pos_encoding, **kw):
-    torch.manual_seed(0)
-    cfg = GPTConfig(**tiny_model_kwargs(attention=attention, n_kv_head=ATTENTIONS.get(attention, 0),
-                                        pos_encoding=pos_encoding, **kw))
-    model = GPT(cfg).eval()
-    with torch.no_grad():  # larger weights than init so that positions and heads matter
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return perturbed_model(attention=attention, n_kv_head=ATTENTIONS.get(attention, 0), pos_encoding=pos_encoding, **kw)
 
 
 @pytest.mark.parametrize("attention,pos_encoding", COMBOS)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from helpers import set_attn_impl, tiny_model_kwargs
-from model import GPT, GPTConfig
+from helpers import decode_in_chunks, naive_gap, perturbed_model, tiny_model_kwargs
+from model import GPTConfig
 
 
 def band_reference(layer, x):
@@ -29,13 +29,7 @@ def band_reference(layer, x):
 
 
 def swa_model(pos_encoding="rope", window=5, **kw):
-    torch.manual_seed(0)
-    cfg = GPTConfig(**tiny_model_kwargs(attention="swa", pos_encoding=pos_encoding, sliding_window=window, **kw))
-    model = GPT(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return perturbed_model(attention="swa", pos_encoding=pos_encoding, sliding_window=window, **kw)
 
 
 @pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "none"])
@@ -60,12 +54,10 @@ def test_decoding_past_the_window_equals_the_full_forward(pos_encoding):
     logits equal a full forward over the whole sequence (the ring drops only keys out of reach)."""
     model = swa_model(pos_encoding, window=5)
     idx = torch.randint(0, 65, (2, 96), generator=torch.Generator().manual_seed(1))
-    caches = model.init_caches(2, 96)
     with torch.no_grad():
         full, _ = model(idx)
-        steps = [model(idx[:, :12], caches=caches)[0]] + [model(idx[:, t:t + 1], caches=caches)[0]
-                                                          for t in range(12, 96)]
-    assert (torch.cat(steps, dim=1) - full).abs().max().item() <= 1e-4
+        stepped, _ = decode_in_chunks(model, idx, splits=(12,))
+    assert (stepped - full).abs().max().item() <= 1e-4
 
 
 @pytest.mark.parametrize("pos_encoding", ["rope", "alibi", "none"])
@@ -106,11 +98,7 @@ def test_greedy_generation_past_block_size_is_the_same_without_the_cache():
 def test_naive_equals_sdpa_on_the_model():
     model = swa_model("alibi", window=7)
     idx = torch.randint(0, 65, (2, 32), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        fast, _ = model(idx)
-        set_attn_impl(model, "naive")
-        naive, _ = model(idx)
-    assert (fast - naive).abs().max().item() <= 1e-5
+    assert naive_gap(model, idx) <= 1e-5
 
 
 def test_swa_refuses_learned_positions_and_a_window_below_one():

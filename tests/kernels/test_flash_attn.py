@@ -251,6 +251,14 @@ def _sdpa(q, k, v, causal=True, alibi_slopes=None, return_lse=False, window=None
     return o, torch.zeros(())
 
 
+def _assert_within_2x_of_sdpa(ours, base, ref, label=""):
+    """Each of o, dq, dk, dv off the fp32 reference by at most twice SDPA's error (plus 1e-5)."""
+    for name, i in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):
+        err = (ours[i].float() - ref[i]).abs().max().item()
+        err_sdpa = (base[i].float() - ref[i]).abs().max().item()
+        assert err <= 2 * err_sdpa + 1e-5, f"{label}{name}: err {err:.3g} vs SDPA {err_sdpa:.3g}"
+
+
 CUDA_CASES = [  # (B, H, Hkv, Tq, Tk, d, causal, alibi)
     (2, 8, 8, 512, 512, 64, True, False),
     (2, 8, 8, 512, 512, 64, False, False),
@@ -275,10 +283,7 @@ def test_low_precision_within_2x_of_sdpa(case, dtype):
     ref = _run(attention_reference, *(t.float() for t in (q, k, v, do)), causal=causal, alibi_slopes=slopes)
     ours = _run(flash_attention, q, k, v, do, causal=causal, alibi_slopes=slopes)
     base = _run(_sdpa, q, k, v, do, causal=causal, alibi_slopes=slopes)
-    for name, i in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):
-        err = (ours[i].float() - ref[i]).abs().max().item()
-        err_sdpa = (base[i].float() - ref[i]).abs().max().item()
-        assert err <= 2 * err_sdpa + 1e-5, f"{name}: err {err:.3g} vs SDPA {err_sdpa:.3g}"
+    _assert_within_2x_of_sdpa(ours, base, ref)
 
 
 @cuda_only
@@ -289,10 +294,7 @@ def test_sliding_window_bf16_within_2x_of_sdpa(window):
     ref = _run(attention_reference, *(t.float() for t in (q, k, v, do)), causal=True, window=window)
     ours = _run(flash_attention, q, k, v, do, causal=True, window=window)
     base = _run(_sdpa, q, k, v, do, causal=True, window=window)
-    for name, i in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):
-        err = (ours[i].float() - ref[i]).abs().max().item()
-        err_sdpa = (base[i].float() - ref[i]).abs().max().item()
-        assert err <= 2 * err_sdpa + 1e-5, f"{name}: err {err:.3g} vs SDPA {err_sdpa:.3g}"
+    _assert_within_2x_of_sdpa(ours, base, ref)
 
 
 @cuda_only
@@ -308,8 +310,5 @@ def test_every_gpu_config_within_2x_of_sdpa(d, monkeypatch):
                             lambda kind, *_, i=i: ([configs[kind][min(i, len(configs[kind]) - 1)]], []))
         fa._CHOSEN.clear()
         ours = _run(flash_attention, q, k, v, do, causal=True)
-        for name, j in (("o", 0), ("dq", 2), ("dk", 3), ("dv", 4)):
-            err = (ours[j].float() - ref[j]).abs().max().item()
-            err_sdpa = (base[j].float() - ref[j]).abs().max().item()
-            assert err <= 2 * err_sdpa + 1e-5, f"config #{i} {name}: err {err:.3g} vs SDPA {err_sdpa:.3g}"
+        _assert_within_2x_of_sdpa(ours, base, ref, f"config #{i} ")
     fa._CHOSEN.clear()
