@@ -7,8 +7,9 @@ the first config is the reference. Columns, each from where it is measured:
   quality       test loss of best.pt (the sweep's test_eval.json; best val loss where there is
                 none): mean and 95% t half-width over seeds, and the paired difference to the
                 reference with its interval and verdict (tools.stats, as tools.compare reports it)
-  recall        --mqar runs of the same config names: mean best val accuracy on MQAR, with the
-                number of pairs from their dataset's meta.json
+  recall        --mqar runs of the same config names: mean test accuracy of best.pt on MQAR (the
+                best val accuracy where a run has no test evaluation), with the number of
+                pairs from their dataset's meta.json
   extrapolation the first seed's loss at positions [L, F*L) of windows of F*L (--ext_factor F,
                 L its block_size) minus its sliding-window loss at L (stride L/2, tools.eval):
                 below 0, the model uses context past L; n/a where the model stops at L
@@ -19,7 +20,6 @@ the first config is the reference. Columns, each from where it is measured:
 scorecard.md, scorecard.json (one object per config) and scorecard.png (quality against the
 bytes each variant keeps per sequence at --context: the frontier a user chooses on) go to --out.
 """
-import json
 import math
 import os
 import sys
@@ -37,7 +37,7 @@ from trainer.checkpoint import (
     model_from_checkpoint,
     run_checkpoint_path,
 )
-from trainer.rundir import RunError
+from trainer.rundir import RunError, write_json_atomic, write_text_atomic
 
 
 def quality(runs):
@@ -68,11 +68,13 @@ def extrapolation(run_dir, ckpt, model, args, device):
 
 
 def mqar_accuracy(mqar_groups, name, device):
-    """(mean best val accuracy, pairs) of the --mqar runs named like this config, or (None, None)."""
+    """(mean test accuracy of best.pt, else best val accuracy; pairs) of the --mqar runs named like this
+    config, or (None, None)."""
     runs = mqar_groups.get(name)
     if not runs:
         return None, None
-    mean, _, _ = compare.mean_std([s.get("best_val_acc") for _, s in runs])
+    key = "test_acc" if all(s.get("test_acc") is not None for _, s in runs) else "best_val_acc"
+    mean, _, _ = compare.mean_std([s.get(key) for _, s in runs])
     meta = load_checkpoint(run_checkpoint_path(runs[0][0], "best"), device).get("meta") or {}
     return mean, (meta.get("mqar") or {}).get("num_pairs")
 
@@ -181,10 +183,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     text = markdown(rows, next(iter(groups)))
     print(text, end="")
-    for suffix, write in (("md", lambda f: f.write(text)), ("json", lambda f: json.dump(rows, f, indent=2))):
-        with open(os.path.join(args.out, f"scorecard.{suffix}.tmp"), "w") as f:
-            write(f)
-        os.replace(os.path.join(args.out, f"scorecard.{suffix}.tmp"), os.path.join(args.out, f"scorecard.{suffix}"))
+    write_text_atomic(text, os.path.join(args.out, "scorecard.md"))
+    write_json_atomic(rows, os.path.join(args.out, "scorecard.json"))
     plot(rows, os.path.join(args.out, "scorecard.png"))
     print(f"wrote {os.path.join(args.out, 'scorecard.md')}, .json and .png", file=sys.stderr)
 

@@ -1,0 +1,72 @@
+"""tools.recall: each cell equals the runs' own accuracies (test where evaluated, else best val),
+grouped by config and by the number of pairs their dataset holds; bytes kept equal the cache and
+state formulas written out."""
+import json
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+import train
+from helpers import ROOT, train_args
+from tools import eval as length_eval
+from tools import recall
+
+
+def mqar_data(root, pairs):
+    subprocess.run([sys.executable, f"{ROOT}/data/mqar/prepare.py", f"--out_dir={root / f'p{pairs}'}", "--seq_len=16",
+                    f"--num_pairs={pairs}", "--vocab_size=32", "--num_train=200", "--num_val=40", "--num_test=40"],
+                   check=True)
+
+
+def mqar_run(root, pairs, name, *extra):
+    out = root / "runs" / f"p{pairs}" / name
+    train.main([f"--dataset=p{pairs}", f"--data_dir={root}", f"--out_dir={out}", "--device=cpu", "--n_layer=1",
+                "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=8", "--max_iters=4",
+                "--eval_interval=2", "--eval_iters=2", "--log_interval=2", "--compile=False", *extra])
+    return out
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """mha at 2 pairs (2 seeds) and 3 pairs (1 seed, evaluated on test), gla at 2 pairs."""
+    root = tmp_path_factory.mktemp("recall")
+    for pairs in (2, 3):
+        mqar_data(root, pairs)
+    runs = [mqar_run(root, 2, f"mha-s{s}", f"--seed={s}") for s in (1, 2)]
+    runs.append(mqar_run(root, 3, "mha-s1"))
+    runs.append(mqar_run(root, 2, "gla-s1", "--attention=gla", "--gla_chunk=16"))
+    length_eval.main([str(runs[2]), "--split=test", "--lengths=16", "--json", str(runs[2] / "test_eval.json"),
+                      "--plot", str(root / "e.png")])
+    return runs
+
+
+def test_cells_equal_the_runs(study, tmp_path):
+    recall.main([*map(str, study), "--out", str(tmp_path)])
+    groups = {(g["config"], g["pairs"]): g for g in json.loads((tmp_path / "recall.json").read_text())}
+    assert set(groups) == {("mha", 2), ("mha", 3), ("gla", 2)}
+    summary = [json.loads((d / "summary.json").read_text()) for d in study]
+    two = groups[("mha", 2)]
+    accs = [summary[0]["best_val_acc"], summary[1]["best_val_acc"]]
+    assert two["n"] == 2 and two["metric"] == ["best_val_acc"]
+    assert two["acc"] == pytest.approx(statistics.fmean(accs))
+    assert (two["acc_min"], two["acc_max"]) == (min(accs), max(accs))
+    three = groups[("mha", 3)]   # the test evaluation is preferred over the val accuracy
+    test_acc = json.loads((study[2] / "test_eval.json").read_text())[0]["test_acc"]
+    assert three["metric"] == ["test_acc"] and three["acc"] == pytest.approx(test_acc)
+    # bytes kept after one row of 16 tokens, 1 layer: mha K and V of 2 heads x 8 dims in bf16;
+    # gla no cache and a 2 heads x 8 x 8 fp32 state
+    assert two["bytes_per_seq"] == 16 * 2 * 2 * 8 * 2
+    assert groups[("gla", 2)]["bytes_per_seq"] == 2 * 8 * 8 * 4
+    text = (tmp_path / "recall.md").read_text()
+    assert "| mha |" in text and "2 pairs" in text and (tmp_path / "recall.png").stat().st_size > 1000
+
+
+def test_refuses_a_text_run(tmp_path, data_root):
+    out = tmp_path / "mha-s1"
+    train.main(train_args(data_root, out, "--max_iters=2", "--eval_interval=2"))
+    proc = subprocess.run([sys.executable, "-m", "tools.recall", str(out), "--out", str(tmp_path / "r")],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "not trained on an MQAR dataset" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,121 @@
+"""The recall study's table and figure: MQAR accuracy against the number of pairs and the bytes kept.
+
+    python -m tools.recall sweeps/recall/p*/*-s? --out sweeps/recall
+
+Zoology's question (Arora et al. 2023): attention keeps every key and should recall at any number
+of pairs; a fixed state must grow with them. Runs are train.py out_dirs on MQAR datasets
+(data/mqar/prepare.py), grouped by config name (the -s<seed> suffix dropped, as tools.compare
+does) and by their dataset's number of pairs (the meta.json record in best.pt). Per group:
+  accuracy  test accuracy of best.pt (selected on val; the sweep's test_eval.json), mean and
+            min-max over seeds; the best val accuracy where a run has no test evaluation
+  bytes     what the variant keeps per sequence after one row: its cache in bf16
+            (GPT.cache_elems_per_seq at the row length) plus its constant state in fp32
+recall.md (configs x pairs), recall.json (one object per group) and recall.png (accuracy against
+pairs; accuracy against bytes kept, one marker per pair count) go to --out.
+"""
+import os
+import sys
+
+from configurator import OneLineParser, fail
+from tools import compare
+from tools.scorecard import load_model
+from trainer.checkpoint import CheckpointError
+from trainer.rundir import RunError, write_json_atomic, write_text_atomic
+
+
+def run_row(run_dir):
+    """(config, pairs, accuracy, which accuracy, bytes kept per sequence, params) of one MQAR run."""
+    name, summary, _ = compare.load(run_dir)
+    ckpt, model = load_model(run_dir, "cpu")
+    mqar = (ckpt.get("meta") or {}).get("mqar")
+    if not mqar:
+        raise RunError(f"{run_dir} was not trained on an MQAR dataset (no mqar record in its meta.json); "
+                       "give runs of data/mqar/prepare.py datasets")
+    key = "test_acc" if summary.get("test_acc") is not None else "best_val_acc"
+    row_len = model.config.block_size
+    kept = model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4
+    return compare.config_name(name), mqar["num_pairs"], summary.get(key), key, kept, model.num_params()
+
+
+def group_rows(rows):
+    """[{config, pairs, n, acc, acc_min, acc_max, metric, bytes_per_seq, params}] in order of appearance."""
+    groups = {}
+    for config, pairs, acc, key, kept, params in rows:
+        groups.setdefault((config, pairs), []).append((acc, key, kept, params))
+    out = []
+    for (config, pairs), runs in groups.items():
+        accs = [a for a, _, _, _ in runs if a is not None]
+        out.append({"config": config, "pairs": pairs, "n": len(accs),
+                    "acc": sum(accs) / len(accs) if accs else None,
+                    "acc_min": min(accs, default=None), "acc_max": max(accs, default=None),
+                    "metric": sorted({k for _, k, _, _ in runs}), "bytes_per_seq": runs[0][2],
+                    "params": runs[0][3]})
+    return out
+
+
+def markdown(groups):
+    configs = list(dict.fromkeys(g["config"] for g in groups))
+    pairs = sorted({g["pairs"] for g in groups})
+    cell = {(g["config"], g["pairs"]): g for g in groups}
+    lines = ["| config | params | bytes kept / sequence | " + " | ".join(f"{p} pairs" for p in pairs) + " |",
+             "|" + "---|" * (3 + len(pairs))]
+    for c in configs:
+        first = next(g for g in groups if g["config"] == c)
+        accs = []
+        for p in pairs:
+            g = cell.get((c, p))
+            accs.append("-" if g is None or g["acc"] is None else
+                        f"{g['acc']:.3f}" + (f" [{g['acc_min']:.3f}, {g['acc_max']:.3f}]" if g["n"] > 1 else "")
+                        + f" (n={g['n']})")
+        lines.append(f"| {c} | {first['params']:,} | {first['bytes_per_seq']:,} | " + " | ".join(accs) + " |")
+    metrics = sorted({m for g in groups for m in g["metric"]})
+    lines += ["", f"Accuracy: {', '.join(metrics)} of best.pt (mean [min, max] over seeds). Bytes: cache (bf16) "
+              "after one row plus constant state (fp32), from the model's formulas."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(groups, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for c in dict.fromkeys(g["config"] for g in groups):
+        mine = sorted((g for g in groups if g["config"] == c and g["acc"] is not None), key=lambda g: g["pairs"])
+        line, = left.plot([g["pairs"] for g in mine], [g["acc"] for g in mine], "o-", label=c)
+        right.scatter([g["bytes_per_seq"] for g in mine], [g["acc"] for g in mine], color=line.get_color(),
+                      s=[12 + 6 * g["pairs"] for g in mine], label=c)
+    left.set(xscale="log", xlabel="key-value pairs per row", ylabel="MQAR accuracy (mean over seeds)",
+             title="recall against pairs")
+    right.set(xscale="log", xlabel="bytes kept per sequence (cache bf16 + state fp32)",
+              title="recall against memory (marker size: pairs)")
+    for ax in (left, right):
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = OneLineParser(prog="python -m tools.recall", description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs on MQAR datasets (-s<seed>)")
+    ap.add_argument("--out", default=".", help="where recall.md, .json and .png go")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        fail(f"--out={args.out} is a file; give a folder (it is created if missing)")
+    try:
+        groups = group_rows([run_row(d) for d in args.runs])
+    except (RunError, CheckpointError) as e:
+        fail(str(e))
+    text = markdown(groups)
+    print(text, end="")
+    os.makedirs(args.out, exist_ok=True)
+    write_text_atomic(text, os.path.join(args.out, "recall.md"))
+    write_json_atomic(groups, os.path.join(args.out, "recall.json"))
+    plot(groups, os.path.join(args.out, "recall.png"))
+    print(f"wrote {os.path.join(args.out, 'recall.md')}, .json and .png", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
