@@ -70,3 +70,15 @@ def test_columns_equal_their_sources(study, data_root, tmp_path, mqar_run):
     mqar = json.loads((mqar_run / "summary.json").read_text())
     assert rows["mha"]["mqar_acc"] == mqar["best_val_acc"] and rows["mha"]["mqar_pairs"] == 2
     assert rows["gla"]["mqar_acc"] is None
+
+
+def test_a_variant_that_stops_at_block_size(data_root, tmp_path):
+    """bigbird decodes at most block_size tokens: the timed steps end there, and it has no
+    extrapolation column (its layout is defined on block_size)."""
+    run = tmp_path / "bigbird-s1"
+    train.main(train_args(data_root, run, "--max_iters=2", "--eval_interval=2", "--attention=bigbird",
+                          "--sparse_block=8"))
+    scorecard.main([str(run), "--context=64", "--split=val", f"--data_dir={data_root}", "--steps=4",
+                    "--out", str(tmp_path / "card")])
+    row = json.loads((tmp_path / "card" / "scorecard.json").read_text())[0]
+    assert row["decode_context"] == 32 - 4 and row["extrapolation"] is None and row["decode_ms_per_token"] > 0
