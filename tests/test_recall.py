@@ -21,29 +21,31 @@ def mqar_data(root, pairs):
 
 
 def mqar_run(root, pairs, name, *extra):
+    """40 steps: past chance, so the accuracies (and their paired differences) are not all zero."""
     out = root / "runs" / f"p{pairs}" / name
     train.main([f"--dataset=p{pairs}", f"--data_dir={root}", f"--out_dir={out}", "--device=cpu", "--n_layer=1",
-                "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=8", "--max_iters=4",
-                "--eval_interval=2", "--eval_iters=2", "--log_interval=2", "--compile=False", *extra])
+                "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=16", "--max_iters=40",
+                "--eval_interval=20", "--eval_iters=2", "--log_interval=20", "--learning_rate=1e-2",
+                "--lr_decay_iters=40", "--warmup_iters=5", "--compile=False", *extra])
     return out
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    """mha at 2 pairs (2 seeds) and 3 pairs (1 seed, evaluated on test), gla at 2 pairs."""
+    """mha at 2 pairs (2 seeds) and 3 pairs (1 seed, evaluated on test), gla at 2 pairs (2 seeds)."""
     root = tmp_path_factory.mktemp("recall")
     for pairs in (2, 3):
         mqar_data(root, pairs)
     runs = [mqar_run(root, 2, f"mha-s{s}", f"--seed={s}") for s in (1, 2)]
     runs.append(mqar_run(root, 3, "mha-s1"))
-    runs.append(mqar_run(root, 2, "gla-s1", "--attention=gla", "--gla_chunk=16"))
+    runs += [mqar_run(root, 2, f"gla-s{s}", f"--seed={s}", "--attention=gla", "--gla_chunk=16") for s in (1, 2)]
     length_eval.main([str(runs[2]), "--split=test", "--lengths=16", "--json", str(runs[2] / "test_eval.json"),
                       "--plot", str(root / "e.png")])
     return runs
 
 
 def test_cells_equal_the_runs(study, tmp_path):
-    recall.main([*map(str, study), "--out", str(tmp_path)])
+    recall.main([*map(str, study), str(study[0]), "--out", str(tmp_path)])   # a folder given twice counts once
     groups = {(g["config"], g["pairs"]): g for g in json.loads((tmp_path / "recall.json").read_text())}
     assert set(groups) == {("mha", 2), ("mha", 3), ("gla", 2)}
     summary = [json.loads((d / "summary.json").read_text()) for d in study]
@@ -59,6 +61,10 @@ def test_cells_equal_the_runs(study, tmp_path):
     # gla no cache and a 2 heads x 8 x 8 fp32 state
     assert two["bytes_per_seq"] == 16 * 2 * 2 * 8 * 2
     assert groups[("gla", 2)]["bytes_per_seq"] == 2 * 8 * 8 * 4
+    # gla against mha (the first config) at 2 pairs, paired by seed: the mean of the two differences
+    diffs = [summary[3 + i]["best_val_acc"] - summary[i]["best_val_acc"] for i in (0, 1)]
+    assert groups[("gla", 2)]["delta"] == pytest.approx(statistics.fmean(diffs)) and diffs[0] != diffs[1]
+    assert two["delta"] is None and three["delta"] is None   # mha is the reference
     text = (tmp_path / "recall.md").read_text()
     assert "| mha |" in text and "2 pairs" in text and (tmp_path / "recall.png").stat().st_size > 1000
 

@@ -8,6 +8,8 @@ of pairs; a fixed state must grow with them. Runs are train.py out_dirs on MQAR 
 does) and by their dataset's number of pairs (the meta.json record in best.pt). Per group:
   accuracy  test accuracy of best.pt (selected on val; the sweep's test_eval.json), mean and
             min-max over seeds; the best val accuracy where a run has no test evaluation
+  Δ         accuracy minus the first config's at the same number of pairs, paired over the seeds
+            both have: mean and 95% t interval (tools.stats; at least 2 shared seeds)
   bytes     what the variant keeps per sequence after one row: its cache in bf16
             (GPT.cache_elems_per_seq at the row length) plus its constant state in fp32
 recall.md (configs x pairs), recall.json (one object per group) and recall.png (accuracy against
@@ -17,14 +19,14 @@ import os
 import sys
 
 from configurator import OneLineParser, fail
-from tools import compare
+from tools import compare, stats
 from tools.scorecard import load_model
 from trainer.checkpoint import CheckpointError
 from trainer.rundir import RunError, write_json_atomic, write_text_atomic
 
 
 def run_row(run_dir):
-    """(config, pairs, accuracy, which accuracy, bytes kept per sequence, params) of one MQAR run."""
+    """(config, pairs, seed, accuracy, which accuracy, bytes kept per sequence, params) of one MQAR run."""
     name, summary, _ = compare.load(run_dir)
     ckpt, model = load_model(run_dir, "cpu")
     mqar = (ckpt.get("meta") or {}).get("mqar")
@@ -34,22 +36,29 @@ def run_row(run_dir):
     key = "test_acc" if summary.get("test_acc") is not None else "best_val_acc"
     row_len = model.config.block_size
     kept = model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4
-    return compare.config_name(name), mqar["num_pairs"], summary.get(key), key, kept, model.num_params()
+    return (compare.config_name(name), mqar["num_pairs"], summary.get("seed"), summary.get(key), key, kept,
+            model.num_params())
 
 
 def group_rows(rows):
-    """[{config, pairs, n, acc, acc_min, acc_max, metric, bytes_per_seq, params}] in order of appearance."""
+    """[{config, pairs, n, acc, acc_min, acc_max, delta, delta_ci95, metric, bytes_per_seq, params}]
+    in order of appearance; delta is paired against the first config at the same pairs."""
     groups = {}
-    for config, pairs, acc, key, kept, params in rows:
-        groups.setdefault((config, pairs), []).append((acc, key, kept, params))
+    for config, pairs, seed, acc, key, kept, params in rows:
+        groups.setdefault((config, pairs), []).append((seed, acc, key, kept, params))
+    reference = rows[0][0]
     out = []
     for (config, pairs), runs in groups.items():
-        accs = [a for a, _, _, _ in runs if a is not None]
-        out.append({"config": config, "pairs": pairs, "n": len(accs),
-                    "acc": sum(accs) / len(accs) if accs else None,
-                    "acc_min": min(accs, default=None), "acc_max": max(accs, default=None),
-                    "metric": sorted({k for _, k, _, _ in runs}), "bytes_per_seq": runs[0][2],
-                    "params": runs[0][3]})
+        accs = {seed: a for seed, a, _, _, _ in runs if a is not None}
+        ref = {seed: a for seed, a, _, _, _ in groups.get((reference, pairs), []) if a is not None}
+        paired = None if config == reference else stats.paired([accs[s] - ref[s] for s in accs if s in ref], 0.01)
+        values = list(accs.values())
+        out.append({"config": config, "pairs": pairs, "n": len(values),
+                    "acc": sum(values) / len(values) if values else None,
+                    "acc_min": min(values, default=None), "acc_max": max(values, default=None),
+                    "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
+                    "metric": sorted({k for _, _, k, _, _ in runs}), "bytes_per_seq": runs[0][3],
+                    "params": runs[0][4]})
     return out
 
 
@@ -66,11 +75,13 @@ def markdown(groups):
             g = cell.get((c, p))
             accs.append("-" if g is None or g["acc"] is None else
                         f"{g['acc']:.3f}" + (f" [{g['acc_min']:.3f}, {g['acc_max']:.3f}]" if g["n"] > 1 else "")
-                        + f" (n={g['n']})")
+                        + f" (n={g['n']})" + (f"; Δ {g['delta']:+.3f} [{g['delta_ci95'][0]:+.3f}, "
+                                               f"{g['delta_ci95'][1]:+.3f}]" if g["delta"] is not None else ""))
         lines.append(f"| {c} | {first['params']:,} | {first['bytes_per_seq']:,} | " + " | ".join(accs) + " |")
     metrics = sorted({m for g in groups for m in g["metric"]})
-    lines += ["", f"Accuracy: {', '.join(metrics)} of best.pt (mean [min, max] over seeds). Bytes: cache (bf16) "
-              "after one row plus constant state (fp32), from the model's formulas."]
+    lines += ["", f"Accuracy: {', '.join(metrics)} of best.pt (mean [min, max] over seeds); Δ: minus "
+              f"{groups[0]['config']}'s, paired over shared seeds (95% t interval). Bytes: cache (bf16) after one "
+              "row plus constant state (fp32), from the model's formulas."]
     return "\n".join(lines) + "\n"
 
 
@@ -105,7 +116,7 @@ def main(argv=None):
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         fail(f"--out={args.out} is a file; give a folder (it is created if missing)")
     try:
-        groups = group_rows([run_row(d) for d in args.runs])
+        groups = group_rows([run_row(d) for d in dict.fromkeys(args.runs)])   # a folder given twice counts once
     except (RunError, CheckpointError) as e:
         fail(str(e))
     text = markdown(groups)
