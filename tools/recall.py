@@ -97,6 +97,9 @@ def plot(groups, path):
                       s=[12 + 6 * g["pairs"] for g in mine], label=c)
     left.set(xscale="log", xlabel="key-value pairs per row", ylabel="MQAR accuracy (mean over seeds)",
              title="recall against pairs")
+    pairs = sorted({g["pairs"] for g in groups})
+    left.set_xticks(pairs, [str(p) for p in pairs])   # the pair counts themselves, not 2 x 10^0
+    left.minorticks_off()
     right.set(xscale="log", xlabel="bytes kept per sequence (cache bf16 + state fp32)",
               title="recall against memory (marker size: pairs)")
     for ax in (left, right):
