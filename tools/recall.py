@@ -15,14 +15,13 @@ does) and by their dataset's number of pairs (the meta.json record in best.pt). 
 recall.md (configs x pairs), recall.json (one object per group) and recall.png (accuracy against
 pairs; accuracy against bytes kept, one marker per pair count) go to --out.
 """
-import os
 import sys
 
 from configurator import OneLineParser, fail
 from tools import compare, stats
-from tools.scorecard import load_model
+from tools.scorecard import check_out, load_model, write_outputs
 from trainer.checkpoint import CheckpointError
-from trainer.rundir import RunError, write_json_atomic, write_text_atomic
+from trainer.rundir import RunError
 
 
 def run_row(run_dir):
@@ -116,19 +115,12 @@ def main(argv=None):
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs on MQAR datasets (-s<seed>)")
     ap.add_argument("--out", default=".", help="where recall.md, .json and .png go")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        fail(f"--out={args.out} is a file; give a folder (it is created if missing)")
+    check_out(args.out)
     try:
         groups = group_rows([run_row(d) for d in dict.fromkeys(args.runs)])   # a folder given twice counts once
     except (RunError, CheckpointError) as e:
         fail(str(e))
-    text = markdown(groups)
-    print(text, end="")
-    os.makedirs(args.out, exist_ok=True)
-    write_text_atomic(text, os.path.join(args.out, "recall.md"))
-    write_json_atomic(groups, os.path.join(args.out, "recall.json"))
-    plot(groups, os.path.join(args.out, "recall.png"))
-    print(f"wrote {os.path.join(args.out, 'recall.md')}, .json and .png", file=sys.stderr)
+    write_outputs(args.out, "recall", markdown(groups), groups, plot)
 
 
 if __name__ == "__main__":

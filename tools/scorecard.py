@@ -146,6 +146,22 @@ def plot(rows, path):
     plt.close(fig)
 
 
+def check_out(out):
+    """One line and exit 2 when --out names a file (a missing folder is created)."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"--out={out} is a file; give a folder (it is created if missing)")
+
+
+def write_outputs(out, stem, text, rows, plot_fn):
+    """The table to stdout, then OUT/<stem>.md and .json (atomic) and <stem>.png from plot_fn(rows, path)."""
+    print(text, end="")
+    os.makedirs(out, exist_ok=True)
+    write_text_atomic(text, os.path.join(out, f"{stem}.md"))
+    write_json_atomic(rows, os.path.join(out, f"{stem}.json"))
+    plot_fn(rows, os.path.join(out, f"{stem}.png"))
+    print(f"wrote {os.path.join(out, stem + '.md')}, .json and .png", file=sys.stderr)
+
+
 def parse_args(argv):
     ap = OneLineParser(prog="python -m tools.scorecard", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs (seeds as -s<seed>)")
@@ -162,8 +178,7 @@ def parse_args(argv):
     for name in ("context", "ext_factor", "steps"):
         if getattr(args, name) < 1 or (name == "ext_factor" and args.ext_factor < 2):
             fail(f"--{name}={getattr(args, name)} must be at least {2 if name == 'ext_factor' else 1}")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        fail(f"--out={args.out} is a file; give a folder (it is created if missing)")
+    check_out(args.out)
     return args
 
 
@@ -182,13 +197,7 @@ def main(argv=None):
         rows = [config_row(name, runs, dirs[name], paired, mqar, args, args.device) for name, runs in groups.items()]
     except (RunError, CheckpointError) as e:
         fail(str(e))
-    os.makedirs(args.out, exist_ok=True)
-    text = markdown(rows, next(iter(groups)))
-    print(text, end="")
-    write_text_atomic(text, os.path.join(args.out, "scorecard.md"))
-    write_json_atomic(rows, os.path.join(args.out, "scorecard.json"))
-    plot(rows, os.path.join(args.out, "scorecard.png"))
-    print(f"wrote {os.path.join(args.out, 'scorecard.md')}, .json and .png", file=sys.stderr)
+    write_outputs(args.out, "scorecard", markdown(rows, next(iter(groups))), rows, plot)
 
 
 if __name__ == "__main__":
