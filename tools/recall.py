@@ -53,7 +53,7 @@ def group_rows(rows):
         paired = None if config == reference else stats.paired([accs[s] - ref[s] for s in accs if s in ref], 0.01)
         values = list(accs.values())
         out.append({"config": config, "pairs": pairs, "n": len(values),
-                    "acc": sum(values) / len(values) if values else None,
+                    "acc": compare.mean_std(values)[0],
                     "acc_min": min(values, default=None), "acc_max": max(values, default=None),
                     "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
                     "metric": sorted({k for _, _, k, _, _ in runs}), "bytes_per_seq": runs[0][3],
