@@ -13,7 +13,7 @@ import torch
 
 from attention.positional import RoPE, sinusoidal_encoding
 from attention.record import record_attention
-from helpers import ROOT, reference_qkv_attention, tiny_model_kwargs
+from helpers import ROOT, perturbed_model, reference_qkv_attention, tiny_model_kwargs
 from kernels.reference import naive_recurrent_gla
 from model import GPT, GPTConfig
 from test_contract import VARIANT_KWARGS
@@ -97,6 +97,23 @@ def test_recorded_weights_equal_an_independent_softmax(attention, pos_encoding):
     with torch.no_grad():
         reference_qkv_attention(model.h[1].attn, inputs[0], pos_encoding, probs_out=probs)
     assert (weights[1][0] - torch.stack(probs, dim=1)).abs().max().item() <= 1e-5
+
+
+def test_a_hybrid_records_each_layer_as_its_own_kind():
+    """gla,mha: layer 0's effective weights come from the linear-attention path, layer 1's are
+    softmax probabilities equal to an independent softmax; measure covers both layers."""
+    model = perturbed_model(attention="gla,mha", gla_chunk=8, attn_impl="naive")
+    idx = torch.randint(0, 65, (2, 24))
+    inputs = []
+    model.h[1].attn.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+    weights = analyze.forward_at(model, idx, 0)
+    probs = []
+    with torch.no_grad():
+        reference_qkv_attention(model.h[1].attn, inputs[0], "rope", probs_out=probs)
+    assert len(weights) == 2 and (weights[1][0] - torch.stack(probs, dim=1)).abs().max().item() <= 1e-5
+    assert torch.allclose(weights[0][0].sum(-1), torch.ones(2, 4, 24), atol=1e-5)  # normalised |weights|
+    stats, _ = analyze.measure(model, random_tokens(), 32, 4)
+    assert len(stats) == 2
 
 
 def test_gla_effective_weights_equal_the_recurrence_with_one_hot_values():

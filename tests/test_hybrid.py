@@ -1,10 +1,12 @@
 """Per-layer attention plans (attention="swa,swa,swa,mha"): each layer built from its own variant,
 cached decoding equal to the full forward, cache bytes the per-layer sum of formulas written here,
-a checkpoint round trip, and one-line refusals."""
+a checkpoint round trip, sample.py the same with and without its cache, and one-line refusals."""
 import pytest
 import torch
 
-from helpers import POS_ENCODINGS, accepts, decode_in_chunks, perturbed_model, tiny_model_kwargs
+import train
+from helpers import POS_ENCODINGS, accepts, decode_in_chunks, perturbed_model, tiny_model_kwargs, train_args
+from helpers import assert_sampling_same_with_and_without_cache as assert_same_samples
 from model import GPT, GPTConfig
 
 PLANS = {"swa,mha": dict(sliding_window=8), "gla,mha": dict(gla_chunk=8),
@@ -54,6 +56,14 @@ def test_a_checkpoint_round_trip_rebuilds_the_plan():
     idx = torch.randint(0, 65, (1, 32), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         assert torch.equal(model(idx)[0], again(idx)[0])
+
+
+def test_a_trained_hybrid_samples_the_same_with_and_without_cache(data_root, tmp_path, capsys):
+    """sample.py on a gla,mha checkpoint: a state for one layer, a K/V cache for the other."""
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=60", "--eval_interval=60", "--attention=gla,mha",
+                          "--gla_chunk=8"))
+    assert_same_samples(out, capsys)
 
 
 @pytest.mark.parametrize("kw,words", [

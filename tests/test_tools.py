@@ -29,6 +29,20 @@ def test_bench_reports_every_variant_with_measured_cache(tmp_path):
     assert sum(line.startswith("| ") for line in r.stdout.splitlines()) == 4  # header + 3 rows
 
 
+def test_bench_measures_a_hybrid_per_layer(tmp_path):
+    """gla,mha: only the mha layer caches per token (K and V, 4 heads of 8, fp32); the gla
+    layer keeps a constant (4, 8, 8) fp32 state."""
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "config/gla.py", "--set=--attention=gla,mha",
+                        "--set=--n_layer=2", "--set=--n_embd=32", "--set=--batch_size=2", "--json", str(out),
+                        "--repeats=1", "--context=8", "--decode_tokens=4"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    row, = json.loads(out.read_text())
+    assert row["attention"] == "gla,mha"
+    assert row["kv_cache_bytes_per_token"] == row["kv_cache_bytes_per_token_formula"] == 2 * 4 * 8 * 4
+    assert row["cache_constant_bytes"] == 4 * 8 * 8 * 4
+
+
 def test_compare_writes_report(data_root, tmp_path):
     for name in ("a", "b"):
         train.main(train_args(data_root, tmp_path / name, "--max_iters=4", "--eval_interval=2"))
