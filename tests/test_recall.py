@@ -69,6 +69,22 @@ def test_cells_equal_the_runs(study, tmp_path):
     assert "| mha |" in text and "2 pairs" in text and (tmp_path / "recall.png").stat().st_size > 1000
 
 
+def test_solved_counts_the_seeds_at_the_threshold(study, tmp_path):
+    """--solved=a: the seeds of a group at accuracy >= a, counted from the runs' own summaries."""
+    accs = sorted(json.loads((d / "summary.json").read_text())["best_val_acc"] for d in study[:2])   # mha, 2 pairs
+    assert accs[0] < accs[1]   # two seeds that differ: the middle threshold splits them
+    cases = [(accs[0], 2), ((accs[0] + accs[1]) / 2, 1)] + ([(accs[1] + 1e-6, 0)] if accs[1] < 1 - 1e-6 else [])
+    for threshold, want in cases:
+        recall.main([*map(str, study[:2]), "--out", str(tmp_path), f"--solved={threshold!r}"])
+        group, = json.loads((tmp_path / "recall.json").read_text())
+        assert group["solved"] == want
+        assert f"solved {want}/2" in (tmp_path / "recall.md").read_text()
+    proc = subprocess.run([sys.executable, "-m", "tools.recall", str(study[0]), "--solved=95"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--solved=95 is an accuracy" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_refuses_a_text_run(tmp_path, data_root):
     out = tmp_path / "mha-s1"
     train.main(train_args(data_root, out, "--max_iters=2", "--eval_interval=2"))

@@ -10,6 +10,8 @@ does) and by their dataset's number of pairs (the meta.json record in best.pt). 
             min-max over seeds; the best val accuracy where a run has no test evaluation
   Δ         accuracy minus the first config's at the same number of pairs, paired over the seeds
             both have: mean and 95% t interval (tools.stats; at least 2 shared seeds)
+  solved    the seeds whose accuracy reaches --solved (0.95): at a short budget a run either forms
+            the recall circuit or plateaus, so the mean of a few seeds hides a count worth reading
   bytes     what the variant keeps per sequence after one row: its cache in bf16
             (GPT.cache_elems_per_seq at the row length) plus its constant state in fp32
 recall.md (configs x pairs), recall.json (one object per group) and recall.png (accuracy against
@@ -39,9 +41,10 @@ def run_row(run_dir):
             model.num_params())
 
 
-def group_rows(rows):
-    """[{config, pairs, n, acc, acc_min, acc_max, delta, delta_ci95, metric, bytes_per_seq, params}]
-    in order of appearance; delta is paired against the first config at the same pairs."""
+def group_rows(rows, solved=0.95):
+    """[{config, pairs, n, acc, acc_min, acc_max, solved, delta, delta_ci95, metric, bytes_per_seq,
+    params}] in order of appearance; delta is paired against the first config at the same pairs;
+    solved counts the seeds at accuracy >= solved."""
     groups = {}
     for config, pairs, seed, acc, key, kept, params in rows:
         groups.setdefault((config, pairs), []).append((seed, acc, key, kept, params))
@@ -55,32 +58,38 @@ def group_rows(rows):
         out.append({"config": config, "pairs": pairs, "n": len(values),
                     "acc": compare.mean_std(values)[0],
                     "acc_min": min(values, default=None), "acc_max": max(values, default=None),
+                    "solved": sum(a >= solved for a in values),
                     "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
                     "metric": sorted({k for _, _, k, _, _ in runs}), "bytes_per_seq": runs[0][3],
                     "params": runs[0][4]})
     return out
 
 
-def markdown(groups):
+def cell(g):
+    """One config at one pair count: mean [min, max] (n), solved k/n, and Δ [95% CI] to the reference."""
+    if g is None or g["acc"] is None:
+        return "-"
+    text = f"{g['acc']:.3f}" + (f" [{g['acc_min']:.3f}, {g['acc_max']:.3f}]" if g["n"] > 1 else "")
+    text += f" (n={g['n']}); solved {g['solved']}/{g['n']}"
+    if g["delta"] is not None:
+        text += f"; Δ {g['delta']:+.3f} [{g['delta_ci95'][0]:+.3f}, {g['delta_ci95'][1]:+.3f}]"
+    return text
+
+
+def markdown(groups, solved=0.95):
     configs = list(dict.fromkeys(g["config"] for g in groups))
     pairs = sorted({g["pairs"] for g in groups})
-    cell = {(g["config"], g["pairs"]): g for g in groups}
+    cells = {(g["config"], g["pairs"]): g for g in groups}
     lines = ["| config | params | bytes kept / sequence | " + " | ".join(f"{p} pairs" for p in pairs) + " |",
              "|" + "---|" * (3 + len(pairs))]
     for c in configs:
         first = next(g for g in groups if g["config"] == c)
-        accs = []
-        for p in pairs:
-            g = cell.get((c, p))
-            accs.append("-" if g is None or g["acc"] is None else
-                        f"{g['acc']:.3f}" + (f" [{g['acc_min']:.3f}, {g['acc_max']:.3f}]" if g["n"] > 1 else "")
-                        + f" (n={g['n']})" + (f"; Δ {g['delta']:+.3f} [{g['delta_ci95'][0]:+.3f}, "
-                                               f"{g['delta_ci95'][1]:+.3f}]" if g["delta"] is not None else ""))
-        lines.append(f"| {c} | {first['params']:,} | {first['bytes_per_seq']:,} | " + " | ".join(accs) + " |")
+        lines.append(f"| {c} | {first['params']:,} | {first['bytes_per_seq']:,} | "
+                     + " | ".join(cell(cells.get((c, p))) for p in pairs) + " |")
     metrics = sorted({m for g in groups for m in g["metric"]})
-    lines += ["", f"Accuracy: {', '.join(metrics)} of best.pt (mean [min, max] over seeds); Δ: minus "
-              f"{groups[0]['config']}'s, paired over shared seeds (95% t interval). Bytes: cache (bf16) after one "
-              "row plus constant state (fp32), from the model's formulas."]
+    lines += ["", f"Accuracy: {', '.join(metrics)} of best.pt (mean [min, max] over seeds); solved: seeds at "
+              f"accuracy >= {solved:g}; Δ: minus {groups[0]['config']}'s, paired over shared seeds (95% t interval). "
+              "Bytes: cache (bf16) after one row plus constant state (fp32), from the model's formulas."]
     return "\n".join(lines) + "\n"
 
 
@@ -114,13 +123,16 @@ def main(argv=None):
     ap = OneLineParser(prog="python -m tools.recall", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs on MQAR datasets (-s<seed>)")
     ap.add_argument("--out", default=".", help="where recall.md, .json and .png go")
+    ap.add_argument("--solved", type=float, default=0.95, help="the accuracy a seed counts as solved at")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if not 0 < args.solved <= 1:
+        fail(f"--solved={args.solved:g} is an accuracy: give a number in (0, 1], e.g. --solved=0.95")
     check_out(args.out)
     try:
-        groups = group_rows([run_row(d) for d in dict.fromkeys(args.runs)])   # a folder given twice counts once
+        groups = group_rows([run_row(d) for d in dict.fromkeys(args.runs)], args.solved)  # a folder twice: once
     except (RunError, CheckpointError) as e:
         fail(str(e))
-    write_outputs(args.out, "recall", markdown(groups), groups, plot)
+    write_outputs(args.out, "recall", markdown(groups, args.solved), groups, plot)
 
 
 if __name__ == "__main__":
