@@ -86,31 +86,31 @@ def test_sinusoidal_generation_past_block_size_same_with_and_without_cache(atten
 
 # ---- the weights analyze.py reads ----
 
-@pytest.mark.parametrize("attention,pos_encoding", [("gqa", "rope"), ("mha", "alibi")])
-def test_recorded_weights_equal_an_independent_softmax(attention, pos_encoding):
-    model = make_model(attention, pos_encoding)
+def recorded_and_reference(model, pos_encoding):
+    """analyze.forward_at's weights of every layer for 24 random tokens, and the last layer's
+    softmax probabilities (B, H, T, T) from the independent reference on that layer's input."""
     idx = torch.randint(0, 65, (2, 24))
     inputs = []
-    model.h[1].attn.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+    model.h[-1].attn.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
     weights = analyze.forward_at(model, idx, 0)
     probs = []
     with torch.no_grad():
-        reference_qkv_attention(model.h[1].attn, inputs[0], pos_encoding, probs_out=probs)
-    assert (weights[1][0] - torch.stack(probs, dim=1)).abs().max().item() <= 1e-5
+        reference_qkv_attention(model.h[-1].attn, inputs[0], pos_encoding, probs_out=probs)
+    return weights, torch.stack(probs, dim=1)
+
+
+@pytest.mark.parametrize("attention,pos_encoding", [("gqa", "rope"), ("mha", "alibi")])
+def test_recorded_weights_equal_an_independent_softmax(attention, pos_encoding):
+    weights, probs = recorded_and_reference(make_model(attention, pos_encoding), pos_encoding)
+    assert (weights[1][0] - probs).abs().max().item() <= 1e-5
 
 
 def test_a_hybrid_records_each_layer_as_its_own_kind():
     """gla,mha: layer 0's effective weights come from the linear-attention path, layer 1's are
     softmax probabilities equal to an independent softmax; measure covers both layers."""
     model = perturbed_model(attention="gla,mha", gla_chunk=8, attn_impl="naive")
-    idx = torch.randint(0, 65, (2, 24))
-    inputs = []
-    model.h[1].attn.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
-    weights = analyze.forward_at(model, idx, 0)
-    probs = []
-    with torch.no_grad():
-        reference_qkv_attention(model.h[1].attn, inputs[0], "rope", probs_out=probs)
-    assert len(weights) == 2 and (weights[1][0] - torch.stack(probs, dim=1)).abs().max().item() <= 1e-5
+    weights, probs = recorded_and_reference(model, "rope")
+    assert len(weights) == 2 and (weights[1][0] - probs).abs().max().item() <= 1e-5
     assert torch.allclose(weights[0][0].sum(-1), torch.ones(2, 4, 24), atol=1e-5)  # normalised |weights|
     stats, _ = analyze.measure(model, random_tokens(), 32, 4)
     assert len(stats) == 2

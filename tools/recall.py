@@ -25,6 +25,8 @@ from tools.scorecard import check_out, load_model, write_outputs
 from trainer.checkpoint import CheckpointError
 from trainer.rundir import RunError
 
+SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)
+
 
 def run_row(run_dir):
     """(config, pairs, seed, accuracy, which accuracy, bytes kept per sequence, params) of one MQAR run."""
@@ -41,7 +43,7 @@ def run_row(run_dir):
             model.num_params())
 
 
-def group_rows(rows, solved=0.95):
+def group_rows(rows, solved=SOLVED):
     """[{config, pairs, n, acc, acc_min, acc_max, solved, delta, delta_ci95, metric, bytes_per_seq,
     params}] in order of appearance; delta is paired against the first config at the same pairs;
     solved counts the seeds at accuracy >= solved."""
@@ -76,7 +78,7 @@ def cell(g):
     return text
 
 
-def markdown(groups, solved=0.95):
+def markdown(groups, solved=SOLVED):
     configs = list(dict.fromkeys(g["config"] for g in groups))
     pairs = sorted({g["pairs"] for g in groups})
     cells = {(g["config"], g["pairs"]): g for g in groups}
@@ -123,7 +125,7 @@ def main(argv=None):
     ap = OneLineParser(prog="python -m tools.recall", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs on MQAR datasets (-s<seed>)")
     ap.add_argument("--out", default=".", help="where recall.md, .json and .png go")
-    ap.add_argument("--solved", type=float, default=0.95, help="the accuracy a seed counts as solved at")
+    ap.add_argument("--solved", type=float, default=SOLVED, help="the accuracy a seed counts as solved at")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 < args.solved <= 1:
         fail(f"--solved={args.solved:g} is an accuracy: give a number in (0, 1], e.g. --solved=0.95")
