@@ -330,6 +330,7 @@ class Trainer:
         self.last_val = progress.get("last_val_loss")
         self.last_eval = progress.get("last_eval")                # the last metrics dict (see metrics)
         self.best_val_acc = progress.get("best_val_acc")          # examples: val accuracy at best_val_loss
+        self.target_reached_iter = progress.get("target_reached_iter")  # the evaluation val_acc >= stop_val_acc
         self.t_start = time.time()
         self.ckpt_path = os.path.join(tc.out_dir, "ckpt.pt")
         self.wandb = None
@@ -417,7 +418,7 @@ class Trainer:
             save_atomic(weights, os.path.join(self.tc.out_dir, "best.pt"))
         progress = {"wall_s": self.elapsed(), "train_time_s": self.train_time, "train_tokens": self.train_tokens,
                     "evaluated_at": self.evaluated_at, "last_val_loss": self.last_val, "last_eval": self.last_eval,
-                    "best_val_acc": self.best_val_acc}
+                    "best_val_acc": self.best_val_acc, "target_reached_iter": self.target_reached_iter}
         save_atomic({**weights, "optimizer": optim_sd, "progress": progress,
                      "rng": {"scheme": "seeded by (seed, rank, step)", "seed": self.tc.seed}}, self.ckpt_path)
         self.saved_at = self.iter_num
@@ -456,7 +457,12 @@ class Trainer:
         best.pt was saved at), the share of counted targets predicted exactly (greedy)."""
         if not self.batches.examples:
             return {}
-        return {"final_val_acc": (self.last_eval or {}).get("val_acc"), "best_val_acc": self.best_val_acc}
+        return {"final_val_acc": (self.last_eval or {}).get("val_acc"), "best_val_acc": self.best_val_acc,
+                "stop_val_acc": self.tc.stop_val_acc or None, "target_reached_iter": self.target_reached_iter}
+
+    def reached_target(self) -> bool:
+        """stop_val_acc is set and an evaluation reached it: the run is done."""
+        return self.target_reached_iter is not None
 
     def write_summary(self, finished, stopped=None):
         if self.dist.master:
@@ -483,6 +489,11 @@ class Trainer:
         improved = losses["val"] <= self.best_val_loss
         if improved and "val_acc" in losses:
             self.best_val_acc = losses["val_acc"]
+        if self.tc.stop_val_acc and losses.get("val_acc", 0) >= self.tc.stop_val_acc:
+            self.target_reached_iter = self.iter_num
+            if self.dist.master:
+                print(f"val acc {losses['val_acc']:.3f} reached stop_val_acc={self.tc.stop_val_acc} at iter "
+                      f"{self.iter_num}: done")
         if self.iter_num > 0 and (self.tc.always_save_checkpoint or improved):
             self.save(best=improved)
         self.write_summary(finished=False)
@@ -506,7 +517,7 @@ def train_loop(trainer: Trainer, signals: StopSignals, log_file):
             watch.check(dist)  # never evaluate (and save) weights a bad step has touched
             trainer.evaluate_and_save(lr, log_file)
         window_t += time.time() - t_eval  # keep eval out of the ms/iter figure
-        if trainer.iter_num >= tc.max_iters or tc.eval_only:
+        if trainer.iter_num >= tc.max_iters or tc.eval_only or trainer.reached_target():
             return None
         t0 = time.time()
         X, Y, n_batch, loss, grad_norm = trainer.train_step(X, Y, n_batch)

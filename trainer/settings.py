@@ -27,6 +27,9 @@ class TrainConfig:
     eval_iters: int = 200         # batches per split per evaluation
     eval_only: bool = False       # evaluate the checkpoint once and stop (needs init_from=resume)
     always_save_checkpoint: bool = True  # False: write ckpt.pt only when val loss improves (nanoGPT's key)
+    stop_val_acc: float = 0.0     # datasets of examples (e.g. MQAR): end the run, finished, at the first evaluation
+                                  # whose val accuracy reaches this (e.g. 0.99; summary.json: target_reached_iter);
+                                  # 0 = run to max_iters
     init_from: str = "scratch"    # scratch | resume (from out_dir/ckpt.pt) | gpt2 | gpt2-medium | gpt2-large |
                                   # gpt2-xl | a folder with GPT-2's config.json + model.safetensors | a run's
                                   # out_dir (holding ckpt.pt): fine-tune its weights from iteration 0 with a new
@@ -106,6 +109,8 @@ def check_train_values(tc: TrainConfig):
     for key in ("beta1", "beta2"):
         if not 0.0 <= getattr(tc, key) < 1.0:
             raise ConfigError(f"{key}={getattr(tc, key)} must be in [0, 1) (AdamW's moment decay)")
+    if not 0 <= tc.stop_val_acc <= 1:  # also catches nan
+        raise ConfigError(f"stop_val_acc={tc.stop_val_acc} must be in [0, 1] (a val accuracy; 0 = never stop early)")
     if not 0 <= tc.seed < 2**32:
         raise ConfigError(f"seed={tc.seed} must be in [0, 2**32)")
     if tc.strategy not in ("ddp", "fsdp"):
@@ -239,7 +244,11 @@ def check_data(tc: TrainConfig) -> dict:
     if missing:
         raise ConfigError(f"dataset {tc.dataset!r} is missing {', '.join(missing)} in {data}; make it with: "
                           f"{missing_dataset_hint(tc.data_dir, tc.dataset)}")
-    return read_meta(data)
+    meta = read_meta(data)
+    if tc.stop_val_acc and meta.get("format") != "examples":
+        raise ConfigError(f"stop_val_acc={tc.stop_val_acc} needs a dataset of examples with counted targets (e.g. "
+                          f"data/mqar/prepare.py); {tc.dataset!r} is text, which has no accuracy: drop stop_val_acc")
+    return meta
 
 
 def train_help(config_files=()) -> str:
