@@ -182,3 +182,16 @@ def test_compare_groups_seeds_and_reads_paired_verdicts(tmp_path):
     gla = next(line for line in report.splitlines() if line.startswith("| gla-single |"))
     assert "| 1 |" in gla and "1.3000 ± -" in gla and "65,536" in gla  # one run: no std; GLA's state shown
     assert "| gla-single | <2 |" in report   # no seed shared with ref: no paired statistics
+
+
+def test_the_lr_grid_ranks_recall_runs_by_solving_then_accuracy():
+    """Text runs: lowest best val loss. MQAR runs: a run that reached stop_val_acc beats one that did
+    not (whatever their losses), sooner beats later, and among unsolved runs the higher accuracy wins."""
+    from tools.sweep import lr_rank
+    text = [{"best_val_loss": 1.5}, {"best_val_loss": 1.2}]
+    assert min(text, key=lr_rank) is text[1]
+    late = {"best_val_loss": 0.01, "best_val_acc": 0.995, "target_reached_iter": 900}
+    soon = {"best_val_loss": 0.05, "best_val_acc": 0.991, "target_reached_iter": 400}
+    close = {"best_val_loss": 0.001, "best_val_acc": 0.985, "target_reached_iter": None}
+    far = {"best_val_loss": 0.0005, "best_val_acc": 0.6, "target_reached_iter": None}
+    assert sorted([far, close, late, soon], key=lr_rank) == [soon, late, close, far]

@@ -18,8 +18,9 @@ A fair comparison (the first config is the reference; tools/budget.py does the a
                       FLOPs; --match=time: for its wall time, from a --probe_iters throughput probe
                       run on this machine (OUT/probe/); params combines with either (params,flops)
   --lr_grid=a,b,...   each config trained at every rate with the first seed for --lr_fraction of
-                      its budget (OUT/lr/), the rate of the lowest best validation loss chosen,
-                      then the seeds run at it (min_lr keeps its ratio to learning_rate)
+                      its budget (OUT/lr/), the rate of the lowest best validation loss chosen
+                      (on datasets of examples: the soonest to reach stop_val_acc, else the best
+                      val accuracy), then the seeds run at it (min_lr keeps its ratio to learning_rate)
 OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused.
 --jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
 throughput probe of --match=time always runs alone.
@@ -379,9 +380,21 @@ def probe_throughput(runner, configs, overrides, plan, opts):
         plan["configs"][stem(config)]["overrides"] += extra
 
 
+def lr_rank(summary) -> tuple:
+    """What the grid minimises. Text: the best validation loss. Datasets of examples (MQAR): a run that
+    reached stop_val_acc first, by its steps to reach it; then the best val accuracy; loss breaks ties
+    (a run stopped at the target keeps a higher loss than one that trained on past it)."""
+    if summary.get("best_val_acc") is None:
+        return (summary["best_val_loss"],)
+    if summary.get("target_reached_iter") is not None:
+        return (0, summary["target_reached_iter"], summary["best_val_loss"])
+    return (1, -summary["best_val_acc"], summary["best_val_loss"])
+
+
 def tune_learning_rates(runner, configs, overrides, plan, opts):
     """--lr_grid: every config at every rate, first seed, lr_fraction of its budget (OUT/lr/); the
-    rate of the lowest best validation loss joins the config's overrides."""
+    best rate (lr_rank: lowest val loss; on examples, reached the target soonest or best val accuracy)
+    joins the config's overrides."""
     seed, grid = opts["seeds"][0], opts["lr_grid"]
     runs = []
     for config in configs:
@@ -397,9 +410,10 @@ def tune_learning_rates(runner, configs, overrides, plan, opts):
         fail(f"the learning-rate grid could not finish ({', '.join(failed)}); fix and re-run the same command")
     for config in configs:
         entry = plan["configs"][stem(config)]
-        results = {f"{lr:g}": read_summary(os.path.join(opts["out"], "lr", f"{stem(config)}-lr{lr:g}-s{seed}"))
-                   ["best_val_loss"] for lr in grid}
-        best = min(grid, key=lambda lr: results[f"{lr:g}"])
+        summaries = {lr: read_summary(os.path.join(opts["out"], "lr", f"{stem(config)}-lr{lr:g}-s{seed}"))
+                     for lr in grid}
+        results = {f"{lr:g}": s["best_val_loss"] for lr, s in summaries.items()}
+        best = min(grid, key=lambda lr: lr_rank(summaries[lr]))
         keys = parse_keys([config, *overrides, *entry["overrides"]])
         entry.update(lr_grid=results, learning_rate=best)
         entry["overrides"] += budget.lr_overrides(keys, best)
