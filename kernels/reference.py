@@ -6,6 +6,8 @@ Written independently of the kernels, as the math reads:
     naive_recurrent_gla   gated linear attention's recurrence, one token at a time: a Python loop
                           over T (kernels.gla, kernels.gla_chunked; attn_impl=naive); also
                           named gla_reference
+    naive_recurrent_delta_rule  the delta rule's (and Gated DeltaNet's) recurrence, one token at a
+                          time (kernels.delta_chunked; attn_impl=naive)
 Slow, meant for tests and small checks only. No Triton needed to import this module.
 """
 import math
@@ -92,3 +94,30 @@ def naive_recurrent_gla(q, k, v, g, scale=None, initial_state=None, output_final
 
 
 gla_reference = naive_recurrent_gla  # the name the kernel tests use
+
+
+@in_fp32
+def naive_recurrent_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False):
+    """The reference for kernels.delta_chunked: the recurrence as written, one token at a time, in fp32,
+
+        S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T        o_t = scale * q_t S_t
+
+    q, k (B, H, T, Dk); v (B, H, T, Dv); beta, g (B, H, T) (g None: no decay, DeltaNet); scale None =
+    Dk ** -0.5; initial_state (B, H, Dk, Dv) or None. Returns o (B, H, T, Dv) in q's dtype and the
+    final state (fp32) or None. Differentiable by autograd in every input.
+    """
+    B, H, T, Dk = q.shape
+    scale = Dk ** -0.5 if scale is None else scale
+    dtype = q.dtype
+    q, k, v, beta = q.float() * scale, k.float(), v.float(), beta.float()
+    S = q.new_zeros(B, H, Dk, v.size(-1)) if initial_state is None else initial_state.float()
+    eye = torch.eye(Dk, device=q.device)
+    outs = []
+    for t in range(T):
+        k_t = k[:, :, t]                                                    # (B, H, Dk)
+        erase = eye - beta[:, :, t, None, None] * k_t[..., :, None] * k_t[..., None, :]   # I - beta k k^T
+        decay = 1.0 if g is None else g[:, :, t].float().exp()[..., None, None]
+        S = decay * (erase @ S) + beta[:, :, t, None, None] * k_t[..., :, None] * v[:, :, t, None, :]
+        outs.append(torch.einsum("bhd,bhde->bhe", q[:, :, t], S))
+    o = torch.stack(outs, dim=2).to(dtype)
+    return o, (S if output_final_state else None)

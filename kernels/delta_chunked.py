@@ -1,0 +1,106 @@
+"""The delta rule (DeltaNet) and its gated form (Gated DeltaNet) in chunked PyTorch.
+
+The recurrence, per head, with S the (Dk, Dv) state, k_t L2-normalised, beta_t in (0, 1) the
+write strength and g_t <= 0 the log-decay (alpha_t = exp(g_t); g None: DeltaNet, alpha = 1):
+
+    S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T        o_t = scale * q_t S_t
+
+Read as a write that corrects: S_t = alpha_t S_{t-1} + k_t u_t^T with the new value
+u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t), what k_t should read minus what it reads now.
+
+Two computations of it (the third, the loop both are tested against, is
+kernels.reference.naive_recurrent_delta_rule):
+    chunk_delta_rule        the chunked parallel form (WY / UT transform): training and prefill
+    recurrent_delta_step    one token against the state: decoding
+All compute in fp32 whatever autocast says. Needs only PyTorch: no Triton kernel here (the
+chunk's triangular solve is a sequential step a simple kernel would not speed up on CPU);
+attention/dispatch.py records that PyTorch runs.
+"""
+import torch
+import torch.nn.functional as F
+
+from kernels.gla_chunked import in_fp32
+
+
+@in_fp32
+def recurrent_delta_step(q, k, v, beta, g, state, scale=None):
+    """One decoding step: q, k (B, H, 1, Dk); v (B, H, 1, Dv); beta, g (B, H, 1) (g None: no decay);
+    state (B, H, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state."""
+    Dk = q.size(-1)
+    scale = Dk ** -0.5 if scale is None else scale
+    k_t, v_t, b_t = k[:, :, 0].float(), v[:, :, 0].float(), beta[:, :, 0].float()   # (B,H,Dk), (B,H,Dv), (B,H)
+    if g is not None:                                                  # forget
+        state = g[:, :, 0].float().exp()[..., None, None] * state
+    read = torch.einsum("bhd,bhde->bhe", k_t, state)                   # what k_t reads now: S^T k
+    u = b_t[..., None] * (v_t - read)                                  # the correction to write
+    state = state + k_t[..., None] * u[..., None, :]                   # write: k u^T
+    o = torch.einsum("bhd,bhde->bhe", q[:, :, 0].float() * scale, state)
+    return o[:, :, None].to(q.dtype), state
+
+
+@in_fp32
+def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
+                     chunk_size=64):
+    """The chunked form (Yang et al. 2024, "Parallelizing Linear Transformers with the Delta Rule
+    over Sequence Length"; the gate as in Gated DeltaNet): same results as the naive loop;
+    differentiable by autograd in q, k, v, beta, g and initial_state.
+    q, k (B, H, T, Dk); v (B, H, T, Dv); beta, g (B, H, T); state (B, H, Dk, Dv) fp32.
+    Returns o (B, H, T, Dv) in q's dtype and the final state (or None).
+
+    Time is cut into chunks of C tokens (the tail zero-padded: k = v = beta = g = 0 there changes
+    neither outputs nor state). Within a chunk, with S the state at its start, b_i = g_0 + .. + g_i
+    the cumulative log-decay (b <= 0) and Gamma_ij = exp(b_i - b_j) for j <= i (<= 1: stable):
+
+        Step 1  A = diag(beta) (K K^T * Gamma), strictly lower         (C, C)
+        Step 2  T = (I + A)^-1 diag(beta)      (UT transform: one unit-triangular solve)
+                W = T diag(exp(b)) K,  U = T V                          (C, Dk), (C, Dv)
+        Step 3  U' = U - W S                   (the chunk's corrected values u_i, all at once)
+        Step 4  O = scale [ diag(exp(b)) Q S + (Q K^T * Gamma, lower with diagonal) U' ]
+                S <- exp(b_last) S + (K * exp(b_last - b))^T U'
+    Steps 1-2 and the intra-chunk scores are batched over all chunks; steps 3-4 pass the state
+    from chunk to chunk (T / C small sequential steps).
+    """
+    B, H, T, Dk = q.shape
+    Dv = v.size(-1)
+    scale = Dk ** -0.5 if scale is None else scale
+    C = chunk_size
+    pad = (-T) % C
+    N = (T + pad) // C
+
+    def chunks(x):  # (B, H, T, ...) -> (B, H, N, C, ...), fp32, zero-padded at the end
+        x = F.pad(x.float(), (0, 0) * (x.dim() - 3) + (0, pad))
+        return x.view(B, H, N, C, *x.shape[3:])
+
+    qc, kc, vc, bc = chunks(q) * scale, chunks(k), chunks(v), chunks(beta)        # (B, H, N, C, .)
+    strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)
+    lower = strict | torch.eye(C, dtype=torch.bool, device=q.device)
+    if g is None:
+        gamma = lower.float()                                            # (C, C): 1 on and below the diagonal
+        decay_in = decay_out = None
+    else:
+        b = chunks(g).cumsum(dim=-1)                                     # (B, H, N, C)
+        gamma = (b[..., :, None] - b[..., None, :]).masked_fill(~lower, float("-inf")).exp()  # (B,H,N,C,C)
+        decay_in = b.exp()[..., None]                                    # exp(b_i) (B, H, N, C, 1)
+        decay_out = (b[..., -1:] - b).exp()[..., None]                   # exp(b_last - b_i)
+
+    # Steps 1-2: the UT transform of every chunk at once
+    A = (kc @ kc.transpose(-1, -2)) * gamma * bc[..., None]             # (B, H, N, C, C)
+    eye = torch.eye(C, device=q.device)
+    T_ut = torch.linalg.solve_triangular(A.masked_fill(~strict, 0.0) + eye, torch.diag_embed(bc),
+                                         upper=False, unitriangular=True)            # (B, H, N, C, C)
+    W = T_ut @ (kc if decay_in is None else kc * decay_in)               # (B, H, N, C, Dk)
+    U = T_ut @ vc                                                        # (B, H, N, C, Dv)
+    scores = (qc @ kc.transpose(-1, -2)) * gamma                         # (B, H, N, C, C), lower
+    q_in = qc if decay_in is None else qc * decay_in
+    k_out = kc if decay_out is None else kc * decay_out
+
+    # Steps 3-4: chunk by chunk
+    S = q.new_zeros(B, H, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
+    outs = []
+    for n in range(N):
+        u = U[:, :, n] - W[:, :, n] @ S                                  # (B, H, C, Dv)
+        outs.append(q_in[:, :, n] @ S + scores[:, :, n] @ u)
+        last = 1.0 if g is None else b[:, :, n, -1].exp()[..., None, None]
+        S = last * S + k_out[:, :, n].transpose(-1, -2) @ u
+    o = torch.stack(outs, dim=2).view(B, H, N * C, Dv)[:, :, :T]
+    return o.to(q.dtype), (S if output_final_state else None)
