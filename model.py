@@ -84,6 +84,12 @@ class GPTConfig:
     gla_output_gate: str = "swish"  # swish (o * silu(x W_r), the paper's) | none (no r projection)
     gla_norm: str = "rms"         # rms (per-head RMSNorm on o, the paper's) | sum (o_t / phi(q_t) . sum_j phi(k_j),
                                   # Katharopoulos et al.; positive maps, no RoPE) | none
+    # --- the delta rule (attention/deltanet.py: deltanet, gated_deltanet) ---
+    delta_conv: int = 4           # taps of the short causal convolution on q, k and v (the papers' 4; 1 = none
+                                  # over time); its last delta_conv - 1 inputs are part of the decoding cache
+    delta_chunk: int = 64         # chunk length of the chunked (WY) form
+    delta_beta: str = "sigmoid"   # the write strength: sigmoid (beta in (0, 1), the papers') | sigmoid2 (2 sigmoid,
+                                  # in (0, 2): I - beta k k^T may flip sign, Grazzi et al. 2025's negative eigenvalues)
 
     def __post_init__(self):
         self.validate()

@@ -9,6 +9,8 @@ Where each variant lives (a file is named after the attention= value it serves):
     gla             attention/gla.py   GatedLinearAttention      kernels/gla.py         kernels/gla_chunked.py
     swa             attention/swa.py   SlidingWindowAttention    kernels/flash_attn.py  attention/swa.py, base.py attend
     moba            attention/moba.py  MixtureOfBlockAttention   (none: PyTorch)        attention/moba.py
+    deltanet,       attention/deltanet.py DeltaNet               (none: PyTorch)        kernels/delta_chunked.py
+      gated_deltanet
 
 Shared: attention/base.py (the interface, the QKV projection, `attend`), attention/dispatch.py
 (which implementation runs: `choose_impl`, `check_impl_runs_on`), attention/cache.py,
@@ -32,6 +34,8 @@ VARIANTS = {
     "gla": "attention.gla:GatedLinearAttention",
     "swa": "attention.swa:SlidingWindowAttention",
     "moba": "attention.moba:MixtureOfBlockAttention",
+    "deltanet": "attention.deltanet:DeltaNet",
+    "gated_deltanet": "attention.deltanet:DeltaNet",
 }
 
 # Keys one variant alone reads that change its shapes: GPTConfig.validate refuses them, set away

@@ -16,6 +16,8 @@ position order, with their positions (`attend` goes by positions, not by order).
 KVCache (MHA/GQA/MQA, BigBird, MLA expanded): k (B, Hkv, max_len, Dk), v (B, Hkv, max_len, Dv)
 LatentCache (MLA absorbed): rows [c_kv | k_rope] (B, max_len, kv_lora_rank + rope_head_dim)
 StateCache (linear attention): a constant-size state, whatever the length.
+ConvStateCache (deltanet, gated_deltanet): the same state plus the last conv_size - 1 inputs of
+the short causal convolution (B, conv_size - 1, channels), both fp32 and constant in size.
 """
 import torch
 
@@ -139,3 +141,18 @@ class StateCache(Cache):
         """Keep the state after n_tokens more tokens, advancing `pos` as SlidingCache.update does."""
         self.state = state
         self.pos += n_tokens
+
+
+class ConvStateCache(StateCache):
+    """A recurrent state and a short convolution's window of past inputs, both fp32."""
+
+    def __init__(self, shape, conv_shape, device):
+        super().__init__(shape, device)
+        self.conv = torch.zeros(*conv_shape, device=device, dtype=self.dtype)
+
+    def tensors(self):
+        return (self.state, self.conv)
+
+    def update(self, state, conv, n_tokens: int):
+        self.conv = conv
+        super().update(state, n_tokens)

@@ -11,7 +11,8 @@ from model import GPT, GPTConfig
 
 VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
                   "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8),
-                  "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2)}
+                  "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2),
+                  "deltanet": dict(delta_chunk=8), "gated_deltanet": dict(delta_chunk=8)}
 
 
 CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS
@@ -38,7 +39,8 @@ def test_cached_decoding_equals_full_forward(attention, pos_encoding):
     assert all(c.pos == 30 for c in caches)
 
 
-GATED_CASES = [(a, p) for a, p in CASES if a != "gla"]  # gla has its own gate (gla_output_gate)
+OWN_GATE = ("gla", "deltanet", "gated_deltanet")  # their own output gates, not attn_output_gate
+GATED_CASES = [(a, p) for a, p in CASES if a not in OWN_GATE]
 
 
 @pytest.mark.parametrize("attention,pos_encoding", GATED_CASES)
@@ -66,5 +68,7 @@ def test_measured_cache_growth_equals_formula(attention):
         measured = sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16))
         assert measured == per_token * min(n, cap or n) + state
         assert model.cache_elems_per_seq(n) * 2 + state == measured
-    if attention != "gla":
+    if attention in ("gla", "deltanet", "gated_deltanet"):  # a constant state, nothing per token
+        assert per_token == 0 and state > 0
+    else:
         assert per_token > 0

@@ -101,3 +101,111 @@ def test_the_delta_rule_overwrites_where_linear_attention_adds():
     _, S = chunk_delta_rule(k, k, v, torch.ones(1, 1, 2), output_final_state=True, chunk_size=4)
     read = k[0, 0, 0] @ S[0, 0]
     assert torch.allclose(read, v[0, 0, 1], atol=1e-6)
+
+
+# ---------------------------------------------------------------- the layers (attention/deltanet.py)
+
+def layer_reference(attn, x):
+    """The DeltaNet layer written out in float64 from its weights, pos_encoding none: the short causal
+    conv as a loop over taps, SiLU, L2 norms, beta, Mamba-2's decay, the float64 delta loop, the per-head
+    RMSNorm and the swish gate, c_proj."""
+    B, T, _ = x.shape
+    H, D = attn.n_head, attn.head_dim
+    w = {n: p.detach().double() for n, p in attn.named_parameters()}
+    x = x.double()
+    proj = x @ w["c_attn.weight"].T                                              # (B, T, 3HD)
+    K = w["conv_weight"].size(1)
+    # y_t = sum_s w[K-1-s] x_{t-s}: the last tap reads the current token (nn.Conv1d's and fla's order)
+    conv = sum(F.pad(proj, (0, 0, s, 0))[:, :T] * w["conv_weight"][:, K - 1 - s] for s in range(K))
+    q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in F.silu(conv).split(H * D, dim=-1))
+    q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+    beta = attn.beta_scale * torch.sigmoid(x @ w["b_proj.weight"].T).transpose(1, 2)
+    g = None
+    if attn.gated:
+        g = (-w["A_log"].exp() * F.softplus(x @ w["a_proj.weight"].T + w["dt_bias"])).transpose(1, 2)
+    o, _ = loop64(q, k, v, beta, g, torch.zeros(B, H, D, D, dtype=torch.float64))
+    o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + 1e-5) * w["o_norm.weight"]
+    o = o.transpose(1, 2) * F.silu(x @ w["r_proj.weight"].T).view(B, T, H, D)
+    return o.reshape(B, T, H * D) @ w["c_proj.weight"].T
+
+
+def tiny_delta(attention, seed=0, **kw):
+    from helpers import perturbed_model
+    return perturbed_model(seed=seed, attention=attention, pos_encoding="none", delta_chunk=8, **kw)
+
+
+@pytest.mark.parametrize("attention,beta", [("deltanet", "sigmoid"), ("gated_deltanet", "sigmoid"),
+                                            ("gated_deltanet", "sigmoid2")])
+def test_layer_equals_its_float64_reference(attention, beta):
+    model = tiny_delta(attention, delta_beta=beta)
+    attn = model.h[0].attn
+    x = torch.randn(2, 21, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        got = attn(x, torch.arange(21))
+    assert torch.allclose(got.double(), layer_reference(attn, x), atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["deltanet", "gated_deltanet"])
+def test_naive_and_chunked_layers_agree_in_logits_and_gradients(attention):
+    from helpers import set_attn_impl
+    idx = torch.randint(0, 65, (2, 27), generator=torch.Generator().manual_seed(2))
+    results = []
+    for impl in ("sdpa", "naive"):
+        model = tiny_delta(attention)
+        set_attn_impl(model, impl)
+        logits, loss = model(idx, idx)
+        loss.backward()
+        results.append((logits.detach(), [p.grad for p in model.parameters()]))
+    (a, ga), (b, gb) = results
+    assert torch.allclose(a, b, atol=1e-5)
+    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(ga, gb))
+
+
+@pytest.mark.parametrize("attention", ["deltanet", "gated_deltanet"])
+def test_measured_state_bytes_equal_the_papers_state_plus_the_conv_window(attention):
+    """Per layer: H heads of a (D, D) state and the conv's last 3 inputs of q, k and v (3 H D channels),
+    fp32, whatever the length: written here from the shapes, 2 layers, 4 heads of 8."""
+    model = tiny_delta(attention)
+    want = 2 * (4 * 8 * 8 + (4 - 1) * 3 * 4 * 8) * 4
+    for n in (1, 100):
+        assert sum(c.nbytes() for c in model.init_caches(1, n)) == want
+    assert model.cache_state_elems() * 4 == want and model.cache_elems_per_token() == 0
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(delta_conv=0), "delta_conv=0 must be at least 1"),
+    (dict(delta_beta="tanh"), "unknown delta_beta='tanh'; choose one of sigmoid, sigmoid2"),
+    (dict(delta_chunk=0), "delta_chunk=0 must be at least 1"),
+    (dict(n_kv_head=2), "keeps one state per head"),
+    (dict(pos_encoding="alibi"), "works with pos_encoding none"),
+])
+def test_bad_settings_are_one_line(kwargs, words):
+    from helpers import tiny_model_kwargs
+    from model import GPTConfig
+    for attention in ("deltanet", "gated_deltanet"):
+        with pytest.raises(ValueError, match=words) as e:
+            GPTConfig(**tiny_model_kwargs(attention=attention, **kwargs))
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("attention", ["deltanet", "gated_deltanet"])
+def test_train_round_trip_and_sample_same_with_and_without_cache(data_root, tmp_path, capsys, attention):
+    import json
+
+    import train
+    from helpers import assert_sampling_same_with_and_without_cache, train_args
+    from model import GPTConfig
+    from trainer.checkpoint import model_from_checkpoint
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=30", "--eval_interval=30", f"--attention={attention}",
+                          "--pos_encoding=none", "--delta_chunk=16"))
+    log = [json.loads(line) for line in open(out / "log.jsonl")]
+    assert log[-1]["val_loss"] < log[0]["val_loss"] - 0.3
+    summary = json.load(open(out / "summary.json"))
+    assert summary["attention"] == attention and summary["kv_cache_bytes_per_token"] == 0
+    assert summary["cache_state_bytes"] == 2 * (4 * 8 * 8 + 3 * 3 * 4 * 8) * 4
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    model = model_from_checkpoint(ckpt, GPTConfig(**ckpt["model_args"]))
+    assert model.config.attention == attention
+    assert all(torch.equal(p, ckpt["model"][n]) for n, p in model.state_dict().items())
+    assert_sampling_same_with_and_without_cache(out, capsys)

@@ -1,0 +1,142 @@
+"""DeltaNet and Gated DeltaNet: a fixed state written by the delta rule (attention=deltanet,
+attention=gated_deltanet).
+
+GLA's state can only add and decay; it cannot overwrite what a key stored before. The delta
+rule writes by correcting (Schlag et al. 2021; parallel over the sequence: Yang et al. 2024),
+and Gated DeltaNet adds a per-head decay (Yang et al., ICLR 2025):
+
+    S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T       S: (Dk, Dv) per head
+    o_t = q_t S_t / sqrt(Dk)                                              alpha_t = 1 for deltanet
+
+The layer, as flash-linear-attention's DeltaNet / GatedDeltaNet define it (one head size for
+keys and values, the model's n_embd // n_head, where fla's gated layer doubles the values):
+
+    x --c_attn--> [ q | k | v ]  (H*D each) --short causal conv (delta_conv taps, per channel)--> SiLU
+    q, k <- L2-normalised per head (then RoPE, if pos_encoding=rope)
+    beta = sigmoid(x W_beta)                                         (B, H, T): the write strength
+                                                   (delta_beta=sigmoid2: 2 sigmoid, in (0, 2))
+    g = -exp(A_log) * softplus(x W_a + dt_bias)   (gated only; Mamba-2's decay, alpha = exp(g))
+    o = delta_rule(q, k, v, beta, g)                                  (B, H, T, D)
+    y = c_proj( RMSNorm_per_head(o) * silu(x W_r) )                   the output norm and gate
+
+Decoding keeps per layer the state (H, D, D) and the convolution's last delta_conv - 1 inputs
+(delta_conv - 1, 3 H D), both fp32 and constant in size (attention/cache.py ConvStateCache).
+The math lives in kernels/delta_chunked.py (chunked WY form; one-token step) beside its naive
+reference in kernels/reference.py; no Triton kernel, so attention/dispatch.py records that
+PyTorch runs (naive: the reference loop; otherwise the chunked form).
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention.base import Attention
+from attention.cache import ConvStateCache
+from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
+from kernels.reference import naive_recurrent_delta_rule
+
+DT_MIN, DT_MAX = 1e-3, 1e-1  # Mamba-2's range for the initial step size dt = softplus(dt_bias)
+A_MAX = 16.0                 # A = exp(A_log) drawn from U(0, A_MAX) at init (fla's GatedDeltaNet)
+
+
+def causal_conv(x, weight, past):
+    """Depthwise causal convolution then SiLU. x (B, T, C), weight (C, K), past (B, K-1, C) the
+    inputs before x (zeros at the start). Returns (B, T, C) and the last K-1 inputs (the next past)."""
+    K = weight.size(1)
+    full = torch.cat([past.to(x.dtype), x], dim=1)                     # (B, K-1+T, C)
+    y = F.conv1d(full.transpose(1, 2), weight[:, None, :].to(x.dtype), groups=weight.size(0))
+    return F.silu(y.transpose(1, 2)), full[:, full.size(1) - (K - 1):]
+
+
+class DeltaNet(Attention):
+    decodes_any_length = True  # a constant state
+    BETAS = ("sigmoid", "sigmoid2")
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.n_head = self.n_kv_head = config.n_head
+        self.head_dim = D = config.n_embd // config.n_head
+        H, C = self.n_head, config.n_embd
+        self.c_attn = nn.Linear(C, 3 * H * D, bias=config.bias)
+        self.conv_size, self.chunk = config.delta_conv, config.delta_chunk
+        # fla's ShortConvolution init (nn.Conv1d's default), one filter per channel
+        self.conv_weight = nn.Parameter(torch.empty(3 * H * D, self.conv_size))
+        nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
+        self.b_proj = nn.Linear(C, H, bias=config.bias)                   # beta
+        self.beta_scale = 2.0 if config.delta_beta == "sigmoid2" else 1.0
+        self.gated = config.attention == "gated_deltanet"
+        if self.gated:  # Mamba-2's decay: A per head, dt from x with a bias that sets its initial range
+            self.a_proj = nn.Linear(C, H, bias=False)
+            self.A_log = nn.Parameter(torch.empty(H).uniform_(0, A_MAX).log())
+            dt = torch.exp(torch.rand(H) * (math.log(DT_MAX) - math.log(DT_MIN)) + math.log(DT_MIN)).clamp(min=1e-4)
+            self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus^-1(dt)
+        self.r_proj = nn.Linear(C, H * D, bias=config.bias)                # the output gate
+        self.o_norm = nn.RMSNorm(D, eps=1e-5)
+        self.setup_output_and_positions(config)
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        name = config.attention
+        if config.pos_encoding not in ("rope", "sinusoidal", "none"):
+            raise ValueError(f"attention={name} works with pos_encoding none (the papers'), rope or sinusoidal (no "
+                             f"score matrix for alibi, no fixed context for learned), got {config.pos_encoding}")
+        if config.n_kv_head not in (0, config.n_head):
+            raise ValueError(f"attention={name} keeps one state per head: n_kv_head={config.n_kv_head} must be "
+                             f"n_head={config.n_head} (or 0)")
+        if config.delta_conv < 1:
+            raise ValueError(f"delta_conv={config.delta_conv} must be at least 1 (taps of the short convolution; "
+                             "4 in the papers, 1 = no mixing over time)")
+        if config.delta_beta not in cls.BETAS:
+            raise ValueError(f"unknown delta_beta={config.delta_beta!r}; choose one of {', '.join(cls.BETAS)}")
+        if config.delta_chunk < 1:
+            raise ValueError(f"delta_chunk={config.delta_chunk} must be at least 1 (64 is the default)")
+        if config.attn_output_gate != "none":
+            raise ValueError(f"attn_output_gate is for softmax attention; attention={name} has its own output gate")
+
+    def forward(self, x, pos, cache=None):
+        B, T, _ = x.shape
+        H, D = self.n_head, self.head_dim
+        past = cache.conv if cache is not None else x.new_zeros(B, self.conv_size - 1, 3 * H * D)
+        qkv, past = causal_conv(self.c_attn(x), self.conv_weight, past)
+        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in qkv.split(H * D, dim=-1))   # (B, H, T, D)
+        q, k = self.rope(pos, F.normalize(q, dim=-1), F.normalize(k, dim=-1))
+        beta = self.beta_scale * torch.sigmoid(self.b_proj(x).float()).transpose(1, 2)     # (B, H, T)
+        g = None
+        if self.gated:
+            dt = F.softplus(self.a_proj(x).float() + self.dt_bias)                          # (B, T, H)
+            g = (-self.A_log.float().exp() * dt).transpose(1, 2)                           # (B, H, T), <= 0
+        state = cache.state if cache is not None and cache.pos > 0 else None
+        if cache is not None and T == 1 and state is not None:
+            o, state = recurrent_delta_step(q, k, v, beta, g, state)
+        else:
+            rule = naive_recurrent_delta_rule if self.impl(x.device) == "naive" else self.chunked
+            o, state = rule(q, k, v, beta, g, initial_state=state, output_final_state=cache is not None)
+        if cache is not None:
+            cache.update(state, past.float(), T)
+        o = self.o_norm(o.to(x.dtype)).transpose(1, 2) * F.silu(self.r_proj(x).view(B, T, H, D))
+        return self.resid_dropout(self.c_proj(o.reshape(B, T, H * D)))
+
+    def chunked(self, *args, **kwargs):
+        return chunk_delta_rule(*args, chunk_size=self.chunk, **kwargs)
+
+    def init_cache(self, batch_size, max_len, device, dtype):
+        """The fp32 state and conv window; max_len is not needed (neither grows)."""
+        H, D = self.n_head, self.head_dim
+        return ConvStateCache((batch_size, H, D, D), (batch_size, self.conv_size - 1, 3 * H * D), device)
+
+    def cache_elems_per_token(self) -> int:
+        return 0  # constant state: see cache_state_elems
+
+    def cache_state_elems(self) -> int:
+        """Batch 1, whatever the length: the state H*D*D and the conv window (delta_conv - 1) * 3*H*D."""
+        H, D = self.n_head, self.head_dim
+        return H * D * D + (self.conv_size - 1) * 3 * H * D
+
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        """The chunked form per token and head (forward; training 3x): K K^T, Q K^T, W = T K, U = T V and
+        the scores times U' (2*D*C each), the triangular solve (~C*C), u = U - W S, q S and k^T u
+        (2*D*D each), and the conv (2 * taps per channel)."""
+        D, C = self.head_dim, min(self.chunk, seq_len)
+        return 3 * self.n_head * (10 * D * C + C * C + 6 * D * D + 2 * self.conv_size * 3 * D)
