@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from configurator import OneLineParser, check_output, fail
+from trainer.cli import OneLineParser, check_output, fail
 
 SHIFT_FLOOR = 1e-9  # exact zeros drawn here on the log axis
 

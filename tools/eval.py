@@ -33,7 +33,6 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from attention.positional import RoPE
-from configurator import ConfigError, OneLineParser, check_output, fail
 from trainer.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -41,6 +40,7 @@ from trainer.checkpoint import (
     model_from_checkpoint,
     run_checkpoint_path,
 )
+from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.settings import resolve_device
 
 

@@ -19,10 +19,10 @@ pairs; accuracy against bytes kept, one marker per pair count) go to --out.
 """
 import sys
 
-from configurator import OneLineParser, fail
 from tools import compare, stats
 from tools.scorecard import check_out, load_model, write_outputs
 from trainer.checkpoint import CheckpointError
+from trainer.cli import OneLineParser, fail
 from trainer.rundir import RunError
 
 SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)

@@ -26,7 +26,6 @@ import sys
 
 import torch
 
-from configurator import OneLineParser, fail
 from tools import compare, stats
 from tools import eval as length_eval
 from tools.benchmarks.harness import decode_cost
@@ -37,6 +36,7 @@ from trainer.checkpoint import (
     model_from_checkpoint,
     run_checkpoint_path,
 )
+from trainer.cli import OneLineParser, fail
 from trainer.rundir import RunError, write_json_atomic, write_text_atomic
 
 
