@@ -124,7 +124,7 @@ def plot(groups, path):
 def main(argv=None):
     ap = OneLineParser(prog="python -m tools.recall", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs on MQAR datasets (-s<seed>)")
-    ap.add_argument("--out", default=".", help="where recall.md, .json and .png go")
+    ap.add_argument("--out", default="recall", help="folder for recall.md, .json and .png (made if missing)")
     ap.add_argument("--solved", type=float, default=SOLVED, help="the accuracy a seed counts as solved at")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 < args.solved <= 1:
