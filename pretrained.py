@@ -39,6 +39,7 @@ from dataclasses import fields
 
 import torch
 
+from attention import variant_class
 from model import GPT, GPTConfig
 
 HUB_REPOS = {name: f"openai-community/{name}" for name in ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")}
@@ -129,56 +130,10 @@ def gpt2_state_dict(path, config: GPTConfig) -> dict:
     return state
 
 
-def relative_error(exact, approx) -> float:
-    """||exact - approx||_F / ||exact||_F."""
-    return ((exact - approx).norm() / exact.norm()).item()
-
-
-def mean_pool_kv(c_attn_w, c_attn_b, n_head, n_kv_head):
-    """MHA c_attn (3C, C), (3C,) -> GQA c_attn ((H + 2 Hkv) D, C) with each group's K and V averaged,
-    and the relative error of the stacked [W_k W_v | b] map that every query head now sees."""
-    C = c_attn_w.size(1)
-    D, G = C // n_head, n_head // n_kv_head
-    affine = torch.cat([c_attn_w, c_attn_b[:, None]], dim=1)              # (3C, C+1): [W | b]
-    q, k, v = affine.split(C)
-    pooled = [t.view(n_kv_head, G, D, C + 1).mean(dim=1) for t in (k, v)]  # (Hkv, D, C+1) each
-    seen = torch.cat([p.repeat_interleave(G, dim=0).reshape(C, C + 1) for p in pooled])  # per query head
-    err = relative_error(torch.cat([k, v]), seen)
-    out = torch.cat([q, *(p.reshape(n_kv_head * D, C + 1) for p in pooled)])
-    return out[:, :C].contiguous(), out[:, C].contiguous(), err
-
-
-def svd_kv_latent(c_attn_w, c_attn_b, rank):
-    """MHA c_attn (3C, C), (3C,) -> MLA kv_down weight (r, C) and bias (r,), k_up (C, r), v_up (C, r),
-    from the rank-r truncated SVD of the stacked [W_k W_v | b] map; and that truncation's relative error.
-    Ranks beyond the map's C + 1 columns get zero components (exact, but those latent dims stay unused)."""
-    C = c_attn_w.size(1)
-    affine = torch.cat([c_attn_w, c_attn_b[:, None]], dim=1)[C:].double()   # (2C, C+1)
-    U, S, Vh = torch.linalg.svd(affine, full_matrices=False)
-    keep = min(rank, S.numel())
-    root = S[:keep].sqrt()
-    up = torch.zeros(2 * C, rank, dtype=affine.dtype)
-    down = torch.zeros(rank, C + 1, dtype=affine.dtype)
-    up[:, :keep], down[:keep] = U[:, :keep] * root, root[:, None] * Vh[:keep]
-    err = relative_error(affine, up @ down)
-    up, down = up.float(), down.float()
-    return down[:, :C].contiguous(), down[:, C].contiguous(), up[:C].contiguous(), up[C:].contiguous(), err
-
-
 def convert_layer(state, prefix, config: GPTConfig):
-    """Rewrite one layer's attention weights in `state` (MHA names) for config.attention; returns the error."""
-    w, b = state.pop(prefix + "c_attn.weight"), state.pop(prefix + "c_attn.bias")
-    if config.attention in ("gqa", "mqa"):
-        state[prefix + "c_attn.weight"], state[prefix + "c_attn.bias"], err = mean_pool_kv(
-            w, b, config.n_head, config.n_kv_head)
-        return err
-    C = config.n_embd
-    state[prefix + "q_proj.weight"], state[prefix + "q_proj.bias"] = w[:C], b[:C]
-    (state[prefix + "kv_down.weight"], state[prefix + "kv_down.bias"], state[prefix + "k_up.weight"],
-     state[prefix + "v_up.weight"], err) = svd_kv_latent(w, b, config.kv_lora_rank)
-    if config.mla_latent_norm:
-        state[prefix + "kv_norm.weight"] = torch.ones(config.kv_lora_rank)
-    return err
+    """Rewrite one layer's attention weights in `state` (MHA names) for config.attention; returns the
+    error. The variant converts itself (Attention.convert_from_mha: attention/mha.py, attention/mla.py)."""
+    return variant_class(config.attention).convert_from_mha(state, prefix, config)
 
 
 def target_config(source: dict, overrides: dict) -> GPTConfig:

@@ -14,7 +14,6 @@ import time
 import torch
 
 from attention import check_impl_runs_on
-from configurator import OneLineParser, fail
 from pretrained import from_pretrained
 from tokenizer import TokenizerError, load_tokenizer
 from trainer.checkpoint import (
@@ -24,6 +23,7 @@ from trainer.checkpoint import (
     model_from_checkpoint,
     run_checkpoint_path,
 )
+from trainer.cli import OneLineParser, fail
 from trainer.settings import resolve_device
 from trainer.threads import use_cpu_threads
 

@@ -31,6 +31,10 @@ on `Attention` (the ones without a default must be written by every variant):
                                       that calls `attend(keep=...)` says masked=True: the flash
                                       kernel takes no element mask, so dispatch picks PyTorch
                                       (and `attend` refuses a keep mask with impl="triton").
+    convert_from_mha(state, prefix, config) -> float  classmethod: rewrite one layer's MHA weights
+                                      (c_attn under prefix, as GPT-2 holds them) in `state` into the
+                                      variant's own names -> the relative error of the K/V map it
+                                      introduces (pretrained.py calls it per layer). Default: refused.
 
 `attend` is the single softmax-attention routine that all softmax variants call:
 positions decide causality and ALiBi, so the same call serves training (pos = 0..T-1),
@@ -162,6 +166,16 @@ class Attention(nn.Module):
                                  "attn_output_gate cannot run; pass it: self.output(y, x)")
             y = y * torch.sigmoid(self.gate_proj(x)).view(B, T, H, D)
         return self.resid_dropout(self.c_proj(y.reshape(B, T, H * D)))
+
+    @classmethod
+    def convert_from_mha(cls, state, prefix, config) -> float:
+        raise ValueError(f"attention={config.attention} cannot be converted from MHA weights; "
+                         "choose mha, gqa, mqa or mla")
+
+
+def relative_error(exact, approx) -> float:
+    """||exact - approx||_F / ||exact||_F: what a weight conversion (convert_from_mha) loses."""
+    return ((exact - approx).norm() / exact.norm()).item()
 
 
 class QKVAttention(Attention):

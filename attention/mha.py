@@ -4,7 +4,9 @@
     each KV head serves n_head // n_kv_head query heads (inside `attend`, K/V not copied)
     cache per token per layer: 2 * n_kv_head * D
 """
-from attention.base import QKVAttention, attend
+import torch
+
+from attention.base import QKVAttention, attend, relative_error
 
 
 class MultiHeadAttention(QKVAttention):
@@ -33,3 +35,26 @@ class MultiHeadAttention(QKVAttention):
         y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, dropout_p=self.attn_dropout,
                    impl=self.impl(x.device))
         return self.output(y, x)
+
+    @classmethod
+    def convert_from_mha(cls, state, prefix, config) -> float:
+        """GQA / MQA from MHA weights (Ainslie et al. 2023, section 2.1): each group's K and V heads
+        mean-pooled into one; the fused c_attn keeps its name, with fewer K/V rows."""
+        w, b = state.pop(prefix + "c_attn.weight"), state.pop(prefix + "c_attn.bias")
+        state[prefix + "c_attn.weight"], state[prefix + "c_attn.bias"], err = mean_pool_kv(
+            w, b, config.n_head, config.n_kv_head)
+        return err
+
+
+def mean_pool_kv(c_attn_w, c_attn_b, n_head, n_kv_head):
+    """MHA c_attn (3C, C), (3C,) -> GQA c_attn ((H + 2 Hkv) D, C) with each group's K and V averaged,
+    and the relative error of the stacked [W_k W_v | b] map that every query head now sees."""
+    C = c_attn_w.size(1)
+    D, G = C // n_head, n_head // n_kv_head
+    affine = torch.cat([c_attn_w, c_attn_b[:, None]], dim=1)              # (3C, C+1): [W | b]
+    q, k, v = affine.split(C)
+    pooled = [t.view(n_kv_head, G, D, C + 1).mean(dim=1) for t in (k, v)]  # (Hkv, D, C+1) each
+    seen = torch.cat([p.repeat_interleave(G, dim=0).reshape(C, C + 1) for p in pooled])  # per query head
+    err = relative_error(torch.cat([k, v]), seen)
+    out = torch.cat([q, *(p.reshape(n_kv_head * D, C + 1) for p in pooled)])
+    return out[:, :C].contiguous(), out[:, C].contiguous(), err

@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention.base import Attention, attend
+from attention.base import Attention, attend, relative_error
 from attention.cache import KVCache, LatentCache
 
 DECODE_MODES = ("absorbed", "expanded")
@@ -230,3 +230,33 @@ class MultiHeadLatentAttention(Attention):
         if self.mla_decode == "absorbed":
             return self.kv_lora_rank + self.rope_head_dim
         return self.n_head * (self.qk_nope_head_dim + self.rope_head_dim + self.v_head_dim)
+
+    @classmethod
+    def convert_from_mha(cls, state, prefix, config) -> float:
+        """MLA from MHA weights (the low-rank factorisation of MHA2MLA and TransMLA; see pretrained.py):
+        queries copied into q_proj, K and V through the rank-kv_lora_rank SVD latent."""
+        w, b = state.pop(prefix + "c_attn.weight"), state.pop(prefix + "c_attn.bias")
+        C = config.n_embd
+        state[prefix + "q_proj.weight"], state[prefix + "q_proj.bias"] = w[:C], b[:C]
+        (state[prefix + "kv_down.weight"], state[prefix + "kv_down.bias"], state[prefix + "k_up.weight"],
+         state[prefix + "v_up.weight"], err) = svd_kv_latent(w, b, config.kv_lora_rank)
+        if config.mla_latent_norm:
+            state[prefix + "kv_norm.weight"] = torch.ones(config.kv_lora_rank)
+        return err
+
+
+def svd_kv_latent(c_attn_w, c_attn_b, rank):
+    """MHA c_attn (3C, C), (3C,) -> MLA kv_down weight (r, C) and bias (r,), k_up (C, r), v_up (C, r),
+    from the rank-r truncated SVD of the stacked [W_k W_v | b] map; and that truncation's relative error.
+    Ranks beyond the map's C + 1 columns get zero components (exact, but those latent dims stay unused)."""
+    C = c_attn_w.size(1)
+    affine = torch.cat([c_attn_w, c_attn_b[:, None]], dim=1)[C:].double()   # (2C, C+1)
+    U, S, Vh = torch.linalg.svd(affine, full_matrices=False)
+    keep = min(rank, S.numel())
+    root = S[:keep].sqrt()
+    up = torch.zeros(2 * C, rank, dtype=affine.dtype)
+    down = torch.zeros(rank, C + 1, dtype=affine.dtype)
+    up[:, :keep], down[:keep] = U[:, :keep] * root, root[:, None] * Vh[:keep]
+    err = relative_error(affine, up @ down)
+    up, down = up.float(), down.float()
+    return down[:, :C].contiguous(), down[:, C].contiguous(), up[:C].contiguous(), up[C:].contiguous(), err

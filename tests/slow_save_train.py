@@ -10,6 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import train  # noqa: E402
+import trainer.loop  # noqa: E402
 from trainer.checkpoint import save_atomic  # noqa: E402
 
 DELAY_S = float(os.environ.get("SLOW_SAVE_S", "1.0"))
@@ -32,7 +33,7 @@ def slow_save(obj, path, writer=torch.save):
     save_atomic(obj, path, writer=writer)
 
 
-train.save_atomic = slow_save
+trainer.loop.save_atomic = slow_save  # Trainer.save writes through it
 
 if __name__ == "__main__":
     train.main(sys.argv[1:])

@@ -237,7 +237,7 @@ def test_analyze_writes_pngs_and_json_for_every_variant(data_root, tmp_path, att
     assert torch.is_grad_enabled()  # main() leaves the process as it found it (tests run in one process)
 
 
-def test_compare_positions_draws_runs_side_by_side(data_root, tmp_path):
+def test_compare_positions_draws_runs_side_by_side(data_root, tmp_path, monkeypatch):
     from tools import compare_positions
     folders = []
     for pos_encoding in ("rope", "learned"):
@@ -247,6 +247,13 @@ def test_compare_positions_draws_runs_side_by_side(data_root, tmp_path):
     compare_positions.main([*folders, "--out", str(tmp_path / "positions.png")])
     with open(tmp_path / "positions.png", "rb") as f:
         assert f.read(8) == PNG_MAGIC
+    work = tmp_path / "work"   # without --out: into the first folder, never the working folder
+    work.mkdir()
+    monkeypatch.chdir(work)
+    compare_positions.main(folders)
+    with open(os.path.join(folders[0], "positions.png"), "rb") as f:
+        assert f.read(8) == PNG_MAGIC
+    assert not os.listdir(work)
 
 
 @pytest.mark.parametrize("args,words", [

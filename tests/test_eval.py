@@ -126,6 +126,20 @@ def test_learned_positions_are_na_beyond_block_size(runs, data_root, tmp_path, c
     assert not (tmp_path / "never.png").exists()
 
 
+def test_plot_goes_with_the_outputs_never_the_working_folder(runs, data_root, tmp_path, monkeypatch):
+    """Without --plot the figure goes beside --json (its name, .png), else into the first run's folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    common = ["--lengths=32", "--max_tokens=500", f"--data_dir={data_root}"]
+    length_eval.main([str(runs / "rope"), "--json", str(tmp_path / "lengths.json"), *common])
+    assert (tmp_path / "lengths.png").stat().st_size > 1000
+    length_eval.main([str(runs / "rope"), *common])
+    assert (runs / "rope" / "eval.png").stat().st_size > 1000
+    os.remove(runs / "rope" / "eval.png")
+    assert not os.listdir(work)
+
+
 def test_longctx_benchmark_runs_tiny(tmp_path):
     out = tmp_path / "lc.json"
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=longctx", "config/mha.py", "config/gla.py",

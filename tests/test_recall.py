@@ -2,6 +2,7 @@
 grouped by config and by the number of pairs their dataset holds; bytes kept equal the cache and
 state formulas written out."""
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -67,6 +68,13 @@ def test_cells_equal_the_runs(study, tmp_path):
     assert two["delta"] is None and three["delta"] is None   # mha is the reference
     text = (tmp_path / "recall.md").read_text()
     assert "| mha |" in text and "2 pairs" in text and (tmp_path / "recall.png").stat().st_size > 1000
+
+
+def test_without_out_the_outputs_go_to_a_folder_of_their_own(study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)   # never recall.md / .json / .png loose in the working folder
+    recall.main([str(study[0])])
+    assert os.listdir(tmp_path) == ["recall"]
+    assert sorted(os.listdir(tmp_path / "recall")) == ["recall.json", "recall.md", "recall.png"]
 
 
 def test_solved_counts_the_seeds_at_the_threshold(study, tmp_path):

@@ -11,6 +11,7 @@ import torch
 
 import train
 from helpers import ATTENTIONS, POS_ENCODINGS, ROOT, assert_sampling_same_with_and_without_cache, train_args
+from trainer.build import clip_grad_norm
 
 
 def run_script(*args):
@@ -151,7 +152,7 @@ def test_torchrun_bad_input_said_once(data_root, tmp_path):
 
 
 def test_clip_grad_norm_equals_torch_clip():
-    """train.clip_grad_norm (float64 sum) against torch.nn.utils.clip_grad_norm_ (float32):
+    """clip_grad_norm (float64 sum) against torch.nn.utils.clip_grad_norm_ (float32):
     the same norm and the same clipped gradients to float32 rounding, above and below the cap."""
     torch.manual_seed(0)
     for scale, max_norm in ((10.0, 1.0), (0.01, 1.0)):
@@ -160,7 +161,7 @@ def test_clip_grad_norm_equals_torch_clip():
         ref = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
         for p, q, g in zip(ours, ref, grads):
             p.grad, q.grad = g.clone(), g.clone()
-        norm = train.clip_grad_norm(ours, max_norm)
+        norm = clip_grad_norm(ours, max_norm)
         ref_norm = torch.nn.utils.clip_grad_norm_(ref, max_norm)
         torch.testing.assert_close(norm, ref_norm, rtol=1e-6, atol=0)
         for p, q in zip(ours, ref):

@@ -16,7 +16,8 @@ import torch
 
 import train
 from helpers import ROOT, train_args
-from trainer.runfiles import BadStepWatch
+from trainer.build import Dist
+from trainer.runfiles import BadStepWatch, NonFinite
 
 COMMON = ("--eval_interval=10", "--log_interval=5", "--attention=gqa", "--n_kv_head=2", "--dropout=0.1")
 
@@ -190,14 +191,14 @@ def test_fp16_skipped_steps_stop_only_when_they_persist():
     watch.update(4, finite, finite)            # a good step resets the count
     for it in range(5, 9):
         watch.update(it, finite, inf)
-    watch.check(train.Dist("cpu"))             # still fine: never 5 in a row
+    watch.check(Dist("cpu"))                   # still fine: never 5 in a row
     watch.update(9, finite, inf)               # the 5th in a row
-    with pytest.raises(train.NonFinite, match="iter 9"):
-        watch.check(train.Dist("cpu"))
+    with pytest.raises(NonFinite, match="iter 9"):
+        watch.check(Dist("cpu"))
     strict = BadStepWatch("cpu", fp16=False)
     strict.update(0, finite, inf)              # without fp16 one non-finite norm is enough
-    with pytest.raises(train.NonFinite, match="iter 0"):
-        strict.check(train.Dist("cpu"))
+    with pytest.raises(NonFinite, match="iter 0"):
+        strict.check(Dist("cpu"))
 
 
 def test_second_run_on_the_same_out_dir_is_refused(data_root, tmp_path):

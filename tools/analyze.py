@@ -44,9 +44,9 @@ import torch
 from attention import variant_class
 from attention.positional import RoPE, alibi_slopes, rope_inv_freq
 from attention.record import record_attention
-from configurator import OneLineParser, check_output, fail
 from tokenizer import TokenizerError, load_tokenizer
 from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
+from trainer.cli import OneLineParser, check_output, fail
 from trainer.settings import resolve_device
 
 NEAR = 4  # distances 1..NEAR count as "near" in the decay summary

@@ -26,9 +26,9 @@ import sys
 
 import torch
 
-from configurator import ConfigError, OneLineParser, check_output, fail
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import median_ms
+from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.settings import MODEL_KEYS, parse_keys, resolve_device
 
 

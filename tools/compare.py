@@ -26,8 +26,8 @@ import re
 import statistics
 import sys
 
-from configurator import OneLineParser, check_output, fail
 from tools import stats
+from trainer.cli import OneLineParser, check_output, fail
 from trainer.rundir import RunError, load_run, settings_differ
 
 SEED_SUFFIX = re.compile(r"-s(\d+)$")

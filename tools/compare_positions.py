@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from configurator import OneLineParser, check_output, fail
+from trainer.cli import OneLineParser, check_output, fail
 
 SHIFT_FLOOR = 1e-9  # exact zeros drawn here on the log axis
 
@@ -38,8 +38,9 @@ def mean_ratio(result):
 def main(argv=None):
     ap = OneLineParser(prog="python -m tools.compare_positions", description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="+", metavar="DIR", help="analyze.py output folders")
-    ap.add_argument("--out", default="positions.png")
+    ap.add_argument("--out", help="the PNG to write (default: positions.png in the first DIR)")
     args = ap.parse_args(argv)
+    args.out = args.out or os.path.join(args.folders[0], "positions.png")
     check_output(args.out, "--out")
     results = [load(folder) for folder in args.folders]
 

@@ -5,7 +5,8 @@
 For each run and each length L, the loss over the whole validation split (--split=test: the
 held-out test split, from prepare.py --test_fraction) cut into non-overlapping windows of L
 tokens (each token predicts the next; batched, with a progress bar). A markdown table (runs x
-lengths) goes to stdout and the curves (loss against context length, log x) to --plot.
+lengths) goes to stdout and the curves (loss against context length, log x) to --plot (default:
+beside --json, its name with .png; without --json, eval.png in the first RUN_DIR).
 --rope_scaling=none,pi,ntk,yarn --rope_factor=4 evaluates each RoPE run once per scaling (a row
 each, "run [yarn x4]"): a trained model stretched without retraining. Lengths a run cannot take
 (learned positions or BigBird beyond block_size) are n/a with the reason; if no requested
@@ -33,7 +34,6 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from attention.positional import RoPE
-from configurator import ConfigError, OneLineParser, check_output, fail
 from trainer.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -41,6 +41,7 @@ from trainer.checkpoint import (
     model_from_checkpoint,
     run_checkpoint_path,
 )
+from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.settings import resolve_device
 
 
@@ -324,7 +325,8 @@ def main(argv=None):
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs")
     ap.add_argument("--lengths", default="64,128,256,512", help="comma-separated context lengths")
     ap.add_argument("--json", help="also write the rows to this file")
-    ap.add_argument("--plot", default="eval.png", help="where the loss-vs-length plot goes")
+    ap.add_argument("--plot", help="where the loss-vs-length plot goes (default: beside --json as .png, "
+                    "else RUN_DIR/eval.png of the first run)")
     ap.add_argument("--batch_size", type=int, default=8, help="windows per forward pass")
     ap.add_argument("--ckpt", default="best", help="best (best.pt when present) or last (ckpt.pt)")
     ap.add_argument("--split", default="val", choices=("val", "test"),
@@ -344,6 +346,8 @@ def main(argv=None):
     ap.add_argument("--rope_attn_factor", type=float, help="yarn: cos/sin multiplier (default 0.1 ln(factor) + 1)")
     args = ap.parse_args(argv)
     check_output(args.json, "--json")
+    if args.plot is None:  # with the outputs, never in the working folder
+        args.plot = (os.path.splitext(args.json)[0] + ".png") if args.json else os.path.join(args.runs[0], "eval.png")
     check_output(args.plot, "--plot")
     if args.rope_scaling is None and any(getattr(args, k) is not None for k in ("rope_factor", *YARN_FLAGS)):
         fail("--rope_factor and the yarn flags go with --rope_scaling=pi|ntk|yarn; add it")

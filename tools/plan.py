@@ -32,8 +32,8 @@ import sys
 import torch
 
 from attention.cache import StateCache
-from configurator import ConfigError, fail
 from model import GPT, GPTConfig
+from trainer.cli import ConfigError, fail
 from trainer.settings import MODEL_KEYS, parse_keys
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,

@@ -19,10 +19,10 @@ pairs; accuracy against bytes kept, one marker per pair count) go to --out.
 """
 import sys
 
-from configurator import OneLineParser, fail
 from tools import compare, stats
 from tools.scorecard import check_out, load_model, write_outputs
 from trainer.checkpoint import CheckpointError
+from trainer.cli import OneLineParser, fail
 from trainer.rundir import RunError
 
 SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)
@@ -124,7 +124,7 @@ def plot(groups, path):
 def main(argv=None):
     ap = OneLineParser(prog="python -m tools.recall", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs on MQAR datasets (-s<seed>)")
-    ap.add_argument("--out", default=".", help="where recall.md, .json and .png go")
+    ap.add_argument("--out", default="recall", help="folder for recall.md, .json and .png (made if missing)")
     ap.add_argument("--solved", type=float, default=SOLVED, help="the accuracy a seed counts as solved at")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if not 0 < args.solved <= 1:

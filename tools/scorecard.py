@@ -26,7 +26,6 @@ import sys
 
 import torch
 
-from configurator import OneLineParser, fail
 from tools import compare, stats
 from tools import eval as length_eval
 from tools.benchmarks.harness import decode_cost
@@ -37,6 +36,7 @@ from trainer.checkpoint import (
     model_from_checkpoint,
     run_checkpoint_path,
 )
+from trainer.cli import OneLineParser, fail
 from trainer.rundir import RunError, write_json_atomic, write_text_atomic
 
 
@@ -172,7 +172,7 @@ def parse_args(argv):
     ap.add_argument("--split", default="test", choices=("val", "test"), help="the split of the extrapolation")
     ap.add_argument("--data_dir", help="folder holding <dataset>/ (default: each run's data_dir)")
     ap.add_argument("--margin", type=float, default=0.01, help="equivalence margin, nats (as tools.compare)")
-    ap.add_argument("--out", default=".", help="where scorecard.md, .json and .png go")
+    ap.add_argument("--out", default="scorecard", help="folder for scorecard.md, .json and .png (made if missing)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     for name in ("context", "ext_factor", "steps"):

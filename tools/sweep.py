@@ -39,9 +39,9 @@ import subprocess
 import sys
 import time
 
-from configurator import ConfigError, fail
 from model import GPTConfig
 from tools import budget
+from trainer.cli import ConfigError, fail
 from trainer.rundir import RunError, read_log, read_summary, run_state, settings_differ, write_json_atomic
 from trainer.runfiles import RunLock
 from trainer.settings import MODEL_KEYS, parse_keys, read_meta

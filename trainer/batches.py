@@ -15,7 +15,7 @@ import os
 import numpy as np
 import torch
 
-from configurator import ConfigError
+from trainer.cli import ConfigError
 
 EVAL_SEED = 1_000_003  # the evaluation windows' draw: one set for every run, not per training seed
 

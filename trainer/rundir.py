@@ -1,6 +1,6 @@
 """The run folder (out_dir): the one reader and writer of its records, log.jsonl and summary.json.
 
-    log.jsonl      one metrics dict per evaluation (train.py's Trainer.metrics), a JSON line each;
+    log.jsonl      one metrics dict per evaluation (Trainer.metrics, trainer/loop.py), a JSON line each;
                    a line torn by a kill is skipped here, the one place that tolerates it
     summary.json   the run as a whole, rewritten atomically at every evaluation; strict JSON
                    (NaN and inf become null); its "last_eval" is the last log.jsonl record

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from configurator import ConfigError
+from trainer.cli import ConfigError
 
 LOCK_NAME = "train.lock"
 

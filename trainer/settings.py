@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 
-from configurator import ConfigError, parse_config
 from model import GPTConfig
+from trainer.cli import ConfigError, parse_config
 
 PRETRAINED = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")
 

@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from configurator import OneLineParser, check_output
+from trainer.cli import OneLineParser, check_output
 
 
 class SuiteParser(OneLineParser):

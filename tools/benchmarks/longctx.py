@@ -26,7 +26,6 @@ import sys
 
 import torch
 
-from configurator import ConfigError
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import (
     attempt,
@@ -40,6 +39,7 @@ from tools.benchmarks.harness import (
     peak_bytes,
     train_step,
 )
+from trainer.cli import ConfigError
 from trainer.settings import MODEL_KEYS, parse_keys
 
 DEFAULT_CONFIGS = ["config/mha.py", "config/gqa.py", "config/mqa.py", "config/mla.py", "config/bigbird.py",

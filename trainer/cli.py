@@ -1,4 +1,5 @@
-"""nanoGPT-style configuration: python train.py config/x.py --key=value ...
+"""The command line every script shares: nanoGPT-style configuration (python train.py config/x.py
+--key=value ...) and the one-line errors (fail, OneLineParser, check_output).
 
 A config file is Python that assigns keys as globals (and may `include("base.py")`, a
 path relative to the including file). It runs as Python, with your permissions, before
