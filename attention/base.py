@@ -25,12 +25,16 @@ on `Attention` (the ones without a default must be written by every variant):
                                       decoding cannot slide past it. Default False.
     attn_flops_per_token(seq_len)     training FLOPs of the attention itself, for MFU. Default:
                                       softmax over all seq_len keys.
-    kernel_cases() -> {path: (kernel module, supports() arguments)}: the Triton kernel each path
-                                      of the forward may hand work to; attention/dispatch.py
-                                      decides from it what runs (`impl(device, path)`). A path
-                                      that calls `attend(keep=...)` says masked=True: the flash
-                                      kernel takes no element mask, so dispatch picks PyTorch
-                                      (and `attend` refuses a keep mask with impl="triton").
+    kernel_cases() -> {path: (kernel module, supports() arguments)}: every path the forward
+                                      runs ("forward": training and prefill; "decode": new tokens
+                                      against a cache; a variant's own, e.g. moba "gathered"), with
+                                      the Triton kernel it may hand work to, or None and {"why": ...}
+                                      where none serves it. attention/dispatch.py decides what runs
+                                      for each and records why (`impl(device, path)`); a forward
+                                      body picks the path and looks its answer up, never changes
+                                      it. A path that calls `attend(keep=...)` says masked=True:
+                                      the flash kernel takes no element mask, so dispatch picks
+                                      PyTorch (and `attend` refuses a keep mask with impl="triton").
     convert_from_mha(state, prefix, config) -> float  classmethod: rewrite one layer's MHA weights
                                       (c_attn under prefix, as GPT-2 holds them) in `state` into the
                                       variant's own names -> the relative error of the K/V map it
@@ -211,8 +215,10 @@ class QKVAttention(Attention):
         return 2 * self.n_kv_head * self.head_dim
 
     def kernel_cases(self) -> dict:
-        return {"forward": ("kernels.flash_attn", dict(head_dim_qk=self.head_dim, head_dim_v=self.head_dim,
-                                                      dropout=self.dropout))}
+        """Training and prefill ("forward") and steps against a cache ("decode", keys in position order
+        ending at the last query, as the kernel's bottom-right causality wants): the same kernel case."""
+        case = ("kernels.flash_attn", dict(head_dim_qk=self.head_dim, head_dim_v=self.head_dim, dropout=self.dropout))
+        return {"forward": case, "decode": case}
 
 
 def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, scale=None,

@@ -25,16 +25,16 @@ the layout it was trained with. `block_idx` (n_blocks, max_selected) / `block_co
 (n_blocks,) list the selected key blocks per query block (ascending, padded), the form a
 block-sparse kernel consumes; they are derived from `layout` and refreshed on load.
 
-Paths (all compute the same function):
-- training (no cache, attn_impl auto|sdpa): gather the selected K/V blocks per query
-  block and run a masked softmax over them: work and memory O(T * selected keys).
-- training with the Triton kernel (attn_impl triton, or auto on CUDA; sparse_block >= 16,
-  no attention dropout): kernels/flash_attn.py visits only the layout's key blocks.
-- dense reference (attn_impl=naive): full attention with the token mask, via `attend`.
-- decoding (with a KVCache): `attend` over the cached keys with the token mask derived
-  from the layout and the positions. The cache keeps every key of the context (random
-  blocks may reach back anywhere), so a step costs a dense step over at most block_size
-  keys. A prefill into an empty cache takes the gathered path.
+Paths (attention/dispatch.py decides what runs on each; all compute the same function):
+- "forward", the keys are this sequence (training, a prefill into an empty cache):
+  sdpa gathers the selected K/V blocks per query block and runs a masked softmax over them,
+  work and memory O(T * selected keys); triton (or auto on CUDA; sparse_block >= 16, no
+  attention dropout) runs kernels/flash_attn.py, which visits only the layout's key blocks;
+  naive is the dense reference, full attention with the token mask, via `attend`.
+- "decode", new tokens against a KVCache holding earlier keys: `attend` over the cached keys
+  with the token mask derived from the layout and the positions (masked: PyTorch). The cache
+  keeps every key of the context (random blocks may reach back anywhere), so a step costs a
+  dense step over at most block_size keys.
 
 Positions and length. The layout is anchored at the oldest visible key: token p falls in
 block (p - start) // sparse_block, where start is the first position in the cache (0
@@ -156,25 +156,25 @@ class BlockSparseAttention(QKVAttention):
             k, v, k_pos = cache.update(k, v)
         if T > self.block_size:
             raise ValueError(f"bigbird's block layout covers block_size={self.block_size} tokens, got {T}")
-        impl = self.impl(x.device)
-        if impl == "naive":
-            y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="naive")
-        elif impl == "triton" and k.size(2) == T:
+        impl = self.impl(x.device, "forward" if k.size(2) == T else "decode")
+        if impl == "naive" or k.size(2) > T:  # the reference, or new tokens against a cache: the token mask
+            y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl=impl)
+        elif impl == "triton":
             # the flash kernel visits only the layout's key blocks (its tiles are our blocks)
             from kernels.flash_attn import flash_attention
             nb = -(-T // self.sparse_block)
             y = flash_attention(q, k, v, causal=True, alibi_slopes=self.alibi_slopes,
                                 block_layout=self.layout[:nb, :nb], block_size=self.sparse_block)
-        elif k.size(2) == T:  # the keys are this sequence (training, or a prefill): gather
+        else:                 # the keys are this sequence (training, or a prefill): gather
             y = self.attend_sparse(q, k, v, dropout_p=dropout_p)
-        else:                 # new tokens against a cache: the token mask over cached keys
-            y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl="sdpa")
         return self.output(y, x)
 
     def kernel_cases(self) -> dict:
-        """The flash kernel's tiles are the layout's blocks."""
+        """"forward": the flash kernel's tiles are the layout's blocks; "decode": the token mask over
+        the cached keys (masked, so PyTorch)."""
         module, case = super().kernel_cases()["forward"]
-        return {"forward": (module, {**case, "layout_block": self.sparse_block})}
+        return {"forward": (module, {**case, "layout_block": self.sparse_block}),
+                "decode": (module, {**case, "masked": True})}
 
     def keys_per_query(self, seq_len: int) -> int:
         """Keys each query scores on the gathered path over seq_len tokens: every key of the

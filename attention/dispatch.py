@@ -6,11 +6,13 @@
                sdpa    PyTorch (SDPA for the softmax variants, the chunked form for GLA)
                naive   the plain reference math
 
-A layer names the kernel module its fast path calls and the case it would hand it
+A layer names every path its forward runs (training, prefill, one-token decoding, a masked
+form...) with the kernel module that path would call and the case it would hand it
 (`Attention.kernel_cases`); `choose_impl` asks kernels/env.py whether the kernels run on the
-device and the kernel module's `supports(...)` whether it takes the case. Layers keep the answer
-per device (`Attention.impl`), so nothing re-decides on every forward; `impl_report` sums the
-layers' answers up for logs and summary.json.
+device and the kernel module's `supports(...)` whether it takes the case. A path no kernel
+serves names None as its module and may say why ({"why": ...}). Layers keep the answer per
+device and path (`Attention.impl(device, path)`) and forward bodies only look it up, so nothing
+re-decides on every forward; `impl_report` sums the layers' answers up for logs and summary.json.
 """
 import importlib
 import sys
@@ -38,16 +40,16 @@ def _say_once(message: str):
 
 
 def choose_impl(requested: str, device, kernel_module: str | None, case: dict) -> ImplChoice:
-    """What runs for one path of one layer on `device`: `kernel_module` (e.g. "kernels.flash_attn",
-    None for a path without a kernel) is imported only when Triton can run here, then its
-    supports(**case) decides."""
+    """What runs for one path of one layer on `device`: `kernel_module` (e.g. "kernels.flash_attn")
+    is imported only when Triton can run here, then its supports(**case) decides. None: a path
+    no kernel serves, PyTorch runs it, for the reason case["why"] (a generic one without it)."""
     device = torch.device(device)
     if requested in ("sdpa", "naive"):
         return ImplChoice(requested, requested, None)
     if requested == "auto" and device.type != "cuda":
         return ImplChoice(requested, "sdpa", "auto runs PyTorch off CUDA")
-    why_not = (why_unavailable(device) or ("no Triton kernel for this path" if kernel_module is None
-                                           else importlib.import_module(kernel_module).supports(**case)))
+    why_not = why_unavailable(device) or (case.get("why", "no Triton kernel for this path") if kernel_module is None
+                                          else importlib.import_module(kernel_module).supports(**case))
     if why_not is None:
         if device.type == "cpu":
             _say_once("note: attn_impl=triton on CPU runs the kernel under Triton's interpreter "

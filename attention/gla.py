@@ -159,8 +159,10 @@ class GatedLinearAttention(Attention):
         return self.resid_dropout(self.c_proj(y))
 
     def kernel_cases(self) -> dict:
+        """"forward": the full-sequence form; "decode": one token against the state (PyTorch)."""
         return {"forward": ("kernels.gla", dict(chunk_size=self.chunk, head_dim_k=self.head_dim,
-                                                head_dim_v=self.value_dim))}
+                                                head_dim_v=self.value_dim)),
+                "decode": (None, {"why": "a one-token step of the recurrence runs in PyTorch (no kernel needed)"})}
 
     @property
     def value_dim(self) -> int:

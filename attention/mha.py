@@ -32,8 +32,9 @@ class MultiHeadAttention(QKVAttention):
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
+        path = "decode" if cache is not None else "forward"
         y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, dropout_p=self.attn_dropout,
-                   impl=self.impl(x.device))
+                   impl=self.impl(x.device, path))
         return self.output(y, x)
 
     @classmethod

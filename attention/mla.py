@@ -149,14 +149,16 @@ class MultiHeadLatentAttention(Attention):
         return self.kv_norm(c_kv), k_rope
 
     def kernel_cases(self) -> dict:
-        """The expanded form attends over d_h + d_r dims, the absorbed one over d_c + d_r (288 at the
-        paper's ratios with d_h = 64: past the flash kernel's head dims, so PyTorch runs it)."""
+        """"forward" (training, the expanded form) attends over d_h + d_r dims; decoding runs the
+        mla_decode form: "absorbed" over d_c + d_r (288 at the paper's ratios with d_h = 64: past the
+        flash kernel's head dims, so PyTorch runs it), or "decode", the expanded form against a KVCache."""
         d_h, d_v, d_c, d_r = self.qk_nope_head_dim, self.v_head_dim, self.kv_lora_rank, self.rope_head_dim
         p = self.dropout
-        cases = {"forward": ("kernels.flash_attn", dict(head_dim_qk=d_h + d_r, head_dim_v=d_v, dropout=p))}
+        expanded = ("kernels.flash_attn", dict(head_dim_qk=d_h + d_r, head_dim_v=d_v, dropout=p))
         if self.mla_decode == "absorbed":
-            cases["absorbed"] = ("kernels.flash_attn", dict(head_dim_qk=d_c + d_r, head_dim_v=d_c, dropout=p))
-        return cases
+            return {"forward": expanded,
+                    "absorbed": ("kernels.flash_attn", dict(head_dim_qk=d_c + d_r, head_dim_v=d_c, dropout=p))}
+        return {"forward": expanded, "decode": expanded}   # decode: the expanded form against a KVCache
 
     def forward(self, x, pos, cache=None):
         q_nope, q_rope = self._queries(x, pos)
@@ -177,7 +179,7 @@ class MultiHeadLatentAttention(Attention):
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
-        impl = self.impl(q.device)
+        impl = self.impl(q.device, "decode" if cache is not None else "forward")
         d_qk, d_v = q.size(-1), v.size(-1)
         if impl == "sdpa" and d_qk != d_v and q.size(2) > 1:
             # PyTorch's fused SDPA kernels need one head dim for q, k and v; with d_h + d_r != d_v it

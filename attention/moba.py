@@ -16,16 +16,19 @@ blocks). Positions: blocks are counted from the oldest key visible (0 in trainin
 cache's first position once decoding slides past block_size, as BigBird does), so a cached
 step chooses exactly as a full forward over the visible tokens would.
 
-Paths (all compute the same function):
-- training and prefills (sdpa, auto) at long context: gather the chosen blocks per query,
+Paths (kernel_cases names them, attention/dispatch.py decides and records what runs on each;
+all compute the same function):
+- "gathered", training and prefills at long context: gather the chosen blocks per query,
   O(T * (k+1) * block) scores; memory O(T * k * block * D) for the gathered keys and values.
-- the same at shorter context: SDPA over all keys with the chosen blocks as a token mask,
-  O(T^2) but faster there: below GATHER_FROM x the keys read per query, measured on CPU
+- "forward", the same at shorter context: SDPA over all keys with the chosen blocks as a token
+  mask, O(T^2) but faster there: below GATHER_FROM x the keys read per query, measured on CPU
   (forward + backward at 128 keys of 32 dims: dense 0.04 s at T=1k, 0.81 s at 4k; gathered
   0.22 s and 0.96 s).
-- naive: the dense reference, plain math with the same token mask, O(T^2).
-- decoding (a cache): `attend` over the cached keys with the same mask, per sequence and head.
-No Triton path: the choice differs per query, which a block layout cannot express.
+- "decode", new tokens against a cache holding earlier keys: `attend` over the cached keys with
+  the same mask, per sequence and head.
+- naive, on any path: the dense reference, plain math with the same token mask, O(T^2).
+No Triton path: the choice differs per query, which a block layout cannot express, so
+attn_impl=triton (and auto on CUDA) runs PyTorch here, said once on stderr and recorded.
 """
 import math
 
@@ -86,12 +89,25 @@ class MixtureOfBlockAttention(QKVAttention):
         k_pos = pos
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
-        impl = self.impl(x.device)
-        if impl != "naive" and k.size(2) == T and T >= GATHER_FROM * self.keys_per_query(T):
-            y = self.attend_gathered(q, k, v, pos)      # the keys are this sequence: gather its blocks
-        else:  # the reference, new tokens against a cache, or a context too short for gathering to pay
+        if k.size(2) > T:  # new tokens against a cache
+            path = "decode"
+        else:              # the keys are this sequence: gather its blocks where that pays
+            path = "gathered" if T >= GATHER_FROM * self.keys_per_query(T) else "forward"
+        impl = self.impl(x.device, path)
+        if path == "gathered" and impl != "naive":
+            y = self.attend_gathered(q, k, v, pos)
+        else:  # the reference, a cache, or a context too short for gathering to pay
             y = self.attend_dense(q, k, v, pos, k_pos, impl=impl)
         return self.output(y, x)
+
+    def kernel_cases(self) -> dict:
+        """The dense paths carry the chosen blocks as a token mask (masked: PyTorch); the gathered one
+        has no kernel."""
+        module, case = super().kernel_cases()["forward"]
+        masked = (module, {**case, "masked": True})
+        return {"forward": masked, "decode": masked,
+                "gathered": (None, {"why": "moba chooses key blocks per query, which no kernel's block layout "
+                                           "expresses"})}
 
     def token_keep(self, q, k, q_pos, k_pos):
         """bool (B, H, Tq, Tk): key j is in query i's own block or in one of its chosen blocks."""

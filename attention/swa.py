@@ -24,7 +24,9 @@ Paths (attention/dispatch.py decides; all compute the same function):
 - sdpa: chunks of W queries against their own and the previous chunk (2W keys), batched, so
   work and memory are O(T * W); a sequence of at most 2W tokens takes the dense masked form.
 - naive: the dense masked reference, through `attend`.
-- decoding: `attend` over the ring's keys with the window mask (positions, not slot order).
+- decoding (the "decode" path: new tokens against a ring that holds earlier keys): `attend`
+  over the ring's keys with the window mask (positions, not slot order), in PyTorch: the
+  kernel wants keys in position order. A prefill into an empty ring takes the "forward" path.
 """
 import torch
 
@@ -51,13 +53,13 @@ class SlidingWindowAttention(QKVAttention):
     def forward(self, x, pos, cache=None):
         T = x.size(1)
         q, k, v = self.project(x, pos)                       # (B, H, T, D), (B, Hkv, T, D) x2
-        impl = self.impl(x.device)
         if cache is not None:
             k, v, k_pos = cache.update(k, v)                 # ring order; k_pos says where each key sits
-            if k.size(2) > T or impl == "triton":            # the kernel wants keys in position order
-                impl = "sdpa" if impl == "triton" else impl
-                y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, window=self.window, impl=impl)
+            if k.size(2) > T:                                # earlier keys too: the "decode" path
+                y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, window=self.window,
+                           impl=self.impl(x.device, "decode"))
                 return self.output(y, x)
+        impl = self.impl(x.device)                           # the keys are this sequence, in order
         if impl == "sdpa" and T > 2 * self.window:
             y = self.attend_chunked(q, k, v, pos)
         else:
@@ -113,4 +115,5 @@ class SlidingWindowAttention(QKVAttention):
 
     def kernel_cases(self) -> dict:
         module, case = super().kernel_cases()["forward"]
-        return {"forward": (module, {**case, "window": self.window})}
+        return {"forward": (module, {**case, "window": self.window}),
+                "decode": (None, {"why": "swa decoding reads its ring cache out of position order"})}

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention import dispatch
-from helpers import set_attn_impl
+from attention import VARIANTS, dispatch
+from helpers import POS_ENCODINGS, accepts, set_attn_impl, tiny_model_kwargs
 from kernels.env import available
 from model import GPT, GPTConfig
 
@@ -74,11 +74,13 @@ def test_auto_on_cpu_reports_and_runs_sdpa(calls):
 @needs_kernels
 @pytest.mark.parametrize("gla_chunk,used", [(16, "triton"), (8, "sdpa")])
 def test_gla_chunk_the_kernel_cannot_take_is_reported(calls, gla_chunk, used):
+    """The full-sequence path runs the kernel or says why; one-token decoding steps the state in
+    PyTorch whatever the chunk (reported as such)."""
     model = run_model(n_layer=1, attention="gla", attn_impl="triton", gla_chunk=gla_chunk)
     assert calls["gla_kernel"] == (used == "triton")
     report = model.attn_impl_report()
-    assert report["used"] == used
-    assert (report["why"] is None) == (used == "triton") and (used == "triton" or "power of two" in report["why"])
+    assert report["used"] == ({"forward": "triton", "decode": "sdpa"} if used == "triton" else "sdpa")
+    assert ("power of two" in report["why"]) == (used == "sdpa") and "one-token step" in report["why"]
 
 
 @needs_kernels
@@ -171,3 +173,26 @@ def test_a_masked_path_never_runs_the_kernel_that_drops_the_mask(calls):
     with pytest.raises(ValueError, match="no element mask") as e:
         undeclared(x, pos)
     assert len(str(e.value).splitlines()) == 1 and calls["flash"] == 0
+
+
+@pytest.mark.parametrize("attention", [*VARIANTS, "gla,mha", "moba,bigbird"])
+def test_triton_requested_every_path_runs_it_or_says_why(attention, monkeypatch, capsys):
+    """Each registered variant (and hybrid plans), at its defaults (gqa: 2 KV heads): every path its layers declare
+    gets triton or PyTorch with a reason, the report joins those reasons, and stderr says each
+    fallback once, however often the layers decide."""
+    monkeypatch.setattr(dispatch, "_said", set())
+    kw = dict(attention=attention, attn_impl="triton", **({"n_kv_head": 2} if attention == "gqa" else {}))
+    pos_encoding = next((p for p in POS_ENCODINGS if accepts(pos_encoding=p, **kw)), "rope")  # else: its refusal
+    model = GPT(GPTConfig(**tiny_model_kwargs(pos_encoding=pos_encoding, **kw)))
+    for _ in range(2):
+        set_attn_impl(model, "triton")  # a fresh request: every layer decides (and would say it) again
+        report = model.attn_impl_report(DEVICE)
+    layers = [b.attn.impl_choices(DEVICE) for b in model.h]
+    assert all(layer.keys() == b.attn.kernel_cases().keys() for layer, b in zip(layers, model.h))
+    fallbacks = [c for layer in layers for c in layer.values() if c.used != "triton"]
+    assert all(c.requested == "triton" and c.used == "sdpa" and c.why for c in fallbacks)
+    assert (report["why"] is None) == (not fallbacks) and all(c.why in report["why"] for c in fallbacks)
+    notes = capsys.readouterr().err.splitlines()
+    assert len(notes) == len(set(notes)) and all(any(c.why in n for n in notes) for c in fallbacks)
+    if attention == "moba":  # no path of moba runs a kernel: the two masked ones and the gathered one
+        assert set(layers[0]) == {"forward", "decode", "gathered"} and len(fallbacks) == 3 * len(layers)

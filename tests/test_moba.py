@@ -46,12 +46,13 @@ def moba_model(pos_encoding="rope", blk=4, topk=2, **kw):
     return perturbed_model(attention="moba", pos_encoding=pos_encoding, sparse_block=blk, moba_topk=topk, **kw)
 
 
+@pytest.mark.parametrize("attn_impl", ["auto", "triton"])  # triton: no kernel takes moba, PyTorch runs
 @pytest.mark.parametrize("path", ["gathered", "dense"])
 @pytest.mark.parametrize("pos_encoding,blk,topk,T", [("rope", 4, 2, 26), ("alibi", 3, 1, 20), ("none", 5, 2, 25)])
-def test_both_paths_equal_the_loop_reference(path, pos_encoding, blk, topk, T, monkeypatch):
+def test_both_paths_equal_the_loop_reference(path, pos_encoding, blk, topk, T, attn_impl, monkeypatch):
     """Outputs and gradients; T not a multiple of the block in two cases (a ragged last block)."""
     monkeypatch.setattr(moba, "GATHER_FROM", 0 if path == "gathered" else 10 ** 9)
-    layer = moba_model(pos_encoding, blk, topk, n_kv_head=2).h[0].attn
+    layer = moba_model(pos_encoding, blk, topk, n_kv_head=2, attn_impl=attn_impl).h[0].attn
     x = torch.randn(2, T, 32, requires_grad=True)
     with torch.no_grad():
         q, k, _ = layer.project(x, torch.arange(T))
@@ -91,11 +92,12 @@ def test_topk_covering_every_earlier_block_is_dense_causal_attention(path, monke
         assert (sparse(idx)[0] - dense(idx)[0]).abs().max().item() <= 1e-5
 
 
-def test_prefill_then_steps_equal_the_full_forward(monkeypatch):
+@pytest.mark.parametrize("attn_impl", ["auto", "triton"])
+def test_prefill_then_steps_equal_the_full_forward(attn_impl, monkeypatch):
     """A gathered prefill of 13 tokens, then one token at a time: each step chooses its blocks
     from the cache as the full forward chose them."""
     monkeypatch.setattr(moba, "GATHER_FROM", 0)
-    model = moba_model("rope", blk=4, topk=2, n_kv_head=2)
+    model = moba_model("rope", blk=4, topk=2, n_kv_head=2, attn_impl=attn_impl)
     idx = torch.randint(0, 65, (2, 32), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         full, _ = model(idx)
