@@ -111,12 +111,18 @@ class DeltaNet(Attention):
         if cache is not None and T == 1 and state is not None:
             o, state = recurrent_delta_step(q, k, v, beta, g, state)
         else:
-            rule = naive_recurrent_delta_rule if self.impl(x.device) == "naive" else self.chunked
+            rule = naive_recurrent_delta_rule if self.impl(x.device, "forward") == "naive" else self.chunked
             o, state = rule(q, k, v, beta, g, initial_state=state, output_final_state=cache is not None)
         if cache is not None:
             cache.update(state, past.float(), T)
         o = self.o_norm(o.to(x.dtype)).transpose(1, 2) * F.silu(self.r_proj(x).view(B, T, H, D))
         return self.resid_dropout(self.c_proj(o.reshape(B, T, H * D)))
+
+    def kernel_cases(self) -> dict:
+        """"forward": the full-sequence form (no Triton kernel: PyTorch's chunked form, or the naive loop);
+        "decode": one token against the state."""
+        return {"forward": (None, {"why": "no Triton kernel for the delta rule: the chunked PyTorch form runs"}),
+                "decode": (None, {"why": "a one-token step of the recurrence runs in PyTorch (no kernel needed)"})}
 
     def chunked(self, *args, **kwargs):
         return chunk_delta_rule(*args, chunk_size=self.chunk, **kwargs)

@@ -1,0 +1,4 @@
+# DeltaNet: the delta rule overwrites what a key stored.
+include("../deltanet.py")
+include("study.py")
+out_dir = "out-recall-deltanet"
