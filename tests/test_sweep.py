@@ -182,3 +182,20 @@ def test_compare_groups_seeds_and_reads_paired_verdicts(tmp_path):
     gla = next(line for line in report.splitlines() if line.startswith("| gla-single |"))
     assert "| 1 |" in gla and "1.3000 ± -" in gla and "65,536" in gla  # one run: no std; GLA's state shown
     assert "| gla-single | <2 |" in report   # no seed shared with ref: no paired statistics
+
+
+def test_sweep_flags_and_train_overrides_are_split_in_order():
+    """The sweep's own flags (either --flag=v or --flag v) are its; every other --key=value goes to train.py
+    as written, configs keep their order around them (the first is the reference), and a key the sweep
+    sets per run is refused."""
+    from configurator import ConfigError
+    from tools import sweep
+    configs, flags, overrides = sweep.parse_flags(
+        ["config/mha.py", "--n_layer=2", "config/gqa.py", "--seeds", "3,4", "--out=o", "--lr=5e-4",
+         "--lr_grid=1e-3,2e-3", "config/mla.py", "--min_lr=-0"])
+    assert configs == ["config/mha.py", "config/gqa.py", "config/mla.py"]
+    assert flags == {"seeds": "3,4", "out": "o", "lr_grid": "1e-3,2e-3"}
+    assert overrides == ["--n_layer=2", "--lr=5e-4", "--min_lr=-0"]    # --lr is no abbreviation of --lr_grid
+    for reserved in ("--seed=1", "--out_dir=x", "--init_from=resume"):
+        with pytest.raises(ConfigError, match="the sweep sets"):
+            sweep.parse_flags(["config/mha.py", reserved])
