@@ -6,7 +6,8 @@ and the one reader every tool goes through (Run).
     summary.json    the run as a whole, rewritten atomically at every evaluation; strict JSON
                     (NaN and inf become null); its "last_eval" is the last log.jsonl record
     test_eval.json  tools.eval --split=test of best.pt, written by tools.sweep (optional)
-    best.pt/ckpt.pt read through trainer/checkpoint.py: Run.header without the weights, Run.load_model with
+    best.pt,        the checkpoints (trainer/checkpoint.py writes and checks them): Run.header reads one
+    ckpt.pt         without its weights (memory-mapped, none read); Run.checkpoint, Run.load_model with them
 
 train.py writes through these functions; tools/ read a run through Run(path). The lock is
 trainer/runfiles.py's.
