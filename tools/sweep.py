@@ -42,7 +42,15 @@ import time
 from configurator import ConfigError, OneLineParser, fail
 from model import GPTConfig
 from tools import budget
-from trainer.rundir import RunError, read_log, read_summary, run_state, settings_differ, write_json_atomic
+from trainer.rundir import (
+    TEST_EVAL,
+    RunError,
+    read_log,
+    read_summary,
+    run_state,
+    settings_differ,
+    write_json_atomic,
+)
 from trainer.runfiles import RunLock
 from trainer.settings import MODEL_KEYS, parse_keys, read_meta
 
@@ -452,7 +460,7 @@ def evaluate_on_test(runner, runs):
     """RUN/test_eval.json for each finished run: its best.pt over every window of the test split at
     its block_size (the same windows for every run). Kept until the run's best.pt changes."""
     for config, _, run_dir, run_overrides in runs:
-        path = os.path.join(run_dir, "test_eval.json")
+        path = os.path.join(run_dir, TEST_EVAL)   # what Run.test_eval reads
         ckpt = os.path.join(run_dir, "best.pt")
         if os.path.isfile(path) and os.path.getmtime(path) >= os.path.getmtime(ckpt):
             continue
