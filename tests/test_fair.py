@@ -1,21 +1,22 @@
 """The fair-comparison pieces: matched budgets (tools/budget.py), the paired statistics
-(tools/stats.py against scipy and worked examples), the controls (attn_output_gate, GLA's
-gate and norm toggles), the test split, and sweep.py putting them together."""
+(tools/stats.py against the t density, closed forms, scipy's tests and worked examples), the
+controls (attn_output_gate, GLA's gate and norm toggles), the test split, and sweep.py putting
+them together."""
 import json
+import math
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import scipy.stats as scipy_stats
 import torch
 
 from helpers import ROOT, reference_qkv_attention, tiny_model_kwargs
 from model import GPT, GPTConfig
 from tools import budget, compare, stats
 from trainer.settings import parse_keys
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 VARIANT_KEYS = {"mha": [], "gqa": ["--n_kv_head=2"], "mqa": [], "mla": ["--kv_lora_rank=16"],
                 "bigbird": ["--sparse_block=8"], "gla": ["--gla_chunk=16"]}
@@ -64,13 +65,41 @@ def test_match_time_gives_the_faster_variant_more_iterations():
 
 
 # ---- statistics ----
-def test_t_distribution_equals_scipy():
+def t_density(x, df):
+    """Student's t density, written here."""
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    return np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
+
+
+def simpson(f, a, b, points=200_001):
+    x = np.linspace(a, b, points)
+    y = f(x)
+    return (b - a) / (points - 1) / 3 * (y[0] + y[-1] + 4 * y[1:-1:2].sum() + 2 * y[2:-1:2].sum())
+
+
+def t_density_integral(t, df):
+    """P(0 < T <= t) for t >= 0, by Simpson's rule on the density."""
+    return simpson(lambda x: t_density(x, df), 0.0, t)
+
+
+def test_t_distribution_equals_its_density_and_closed_forms():
     for df in (1, 2, 4, 9, 40):
         for t in (-4.0, -0.7, 0.0, 0.3, 2.1, 9.0):
-            assert stats.t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-10)
+            half = t_density_integral(abs(t), df)
+            assert stats.t_cdf(t, df) == pytest.approx(0.5 + math.copysign(half, t), abs=1e-10)
+            assert stats.t_sf(t, df) == pytest.approx(0.5 - math.copysign(half, t), abs=1e-10)
         for q in (0.8, 0.9, 0.95, 0.975):
-            assert stats.t_ppf(q, df) == pytest.approx(scipy_stats.t.ppf(q, df), abs=1e-7)
-    assert stats.t_ppf(0.975, 4) == pytest.approx(2.776, abs=5e-4)  # the printed table's value
+            assert t_density_integral(stats.t_ppf(q, df), df) == pytest.approx(q - 0.5, abs=1e-9)
+    for q in (0.8, 0.975):  # df 1 is Cauchy's; df 2 has a closed-form quantile
+        assert stats.t_ppf(q, 1) == pytest.approx(math.tan(math.pi * (q - 0.5)), rel=1e-9)
+        assert stats.t_ppf(q, 2) == pytest.approx((2 * q - 1) / math.sqrt(2 * q * (1 - q)), rel=1e-9)
+    # the far tail, where 1 - cdf would lose it: P(T > 40) = integral of f(1/u) / u^2 over u in (0, 1/40],
+    # f(1/u) / u^2 = c * df^((df+1)/2) * u^(df-1) * (df u^2 + 1)^(-(df+1)/2) (smooth, 0 at u = 0)
+    c = t_density(0.0, 9)
+    tail = simpson(lambda u: c * 9 ** 5 * u ** 8 * (9 * u * u + 1) ** -5, 0.0, 1 / 40)
+    assert 0 < tail < 1e-10 and stats.t_sf(40.0, 9) == pytest.approx(tail, rel=1e-8)
+    assert stats.t_ppf(0.975, 4) == pytest.approx(2.776, abs=5e-4)  # the printed table's values
+    assert stats.t_ppf(0.95, 9) == pytest.approx(1.833, abs=5e-4)
 
 
 def test_paired_statistics_equal_scipy():

@@ -204,3 +204,10 @@ def test_sparse_costs_against_context(tmp_path):
         assert swa["kv_cache_bytes_per_seq"] == per_token * 256
         assert (mha["keys_per_query"], swa["keys_per_query"], moba["keys_per_query"]) == (context, 256, 256)
         assert swa["max_decode_batch"] > mha["max_decode_batch"] * (context // 256) * 0.99
+
+
+def test_planner_flags_and_model_overrides_are_split_in_order():
+    raw, configs, overrides = plan.split_argv(["config/mha.py", "--n_layer=4", "config/gqa.py", "--context", "128",
+                                               "--memory=40GB", "--json", "p.json", "--n_embd=64"])
+    assert configs == ["config/mha.py", "config/gqa.py"] and overrides == ["--n_layer=4", "--n_embd=64"]
+    assert (raw["context"], raw["memory"], raw["json"], raw["batch"]) == ("128", "40GB", "p.json", "1")

@@ -249,3 +249,38 @@ def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(small_disk):
     err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(err) == 1 and "cannot write to" in err[0]
     assert not out.exists()
+
+
+def test_run_reads_each_file_of_a_folder_and_the_checkpoint_header_without_its_weights(data_root, tmp_path):
+    from model import GPT
+    from trainer.checkpoint import CheckpointError
+    from trainer.rundir import Run, RunError
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=4", "--eval_interval=2"))
+    run = Run(out)
+    assert run.name == "run" and run.summary == json.loads((out / "summary.json").read_text())
+    assert run.log == [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    saved = torch.load(out / "best.pt", weights_only=True)
+    assert run.header() == {k: v for k, v in saved.items() if k != "model"}
+    assert (run.model_args, run.config, run.meta) == (saved["model_args"], saved["config"], saved["meta"])
+    assert "optimizer" not in run.header("last") and run.header("last")["iter_num"] == 4
+    model, ckpt = run.load_model("cpu")                      # trainer.checkpoint.load_model's order
+    assert isinstance(model, GPT) and ckpt["iter_num"] == saved["iter_num"]
+    assert all(torch.equal(model.state_dict()[k], w) for k, w in saved["model"].items())
+    assert run.test_eval == {} and run.results == run.summary
+    (out / "test_eval.json").write_text(json.dumps([{"run": "run", "test_loss": None},
+                                                    {"run": "run", "test_loss": 1.25, "test_acc": 0.5}]))
+    assert Run(out).results == {**run.summary, "test_loss": 1.25, "test_acc": 0.5}
+    (out / "test_eval.json").write_text('{"test_loss": 1.0}')
+    with pytest.raises(RunError, match="test_eval.json is not tools.eval's JSON"):
+        Run(out).results
+    # the header does not read the weights: a NaN weight stops the checked load, not the header
+    saved["model"] = {k: torch.full_like(w, float("nan")) if w.is_floating_point() else w
+                      for k, w in saved["model"].items()}
+    torch.save(saved, out / "best.pt")
+    assert Run(out).config == saved["config"]
+    with pytest.raises(CheckpointError, match="non-finite weights"):
+        Run(out).load_model("cpu")
+    (out / "best.pt").write_text("not a checkpoint")
+    with pytest.raises(CheckpointError, match="best.pt is not a PyTorch checkpoint"):
+        Run(out).header()

@@ -195,3 +195,20 @@ def test_the_lr_grid_ranks_recall_runs_by_solving_then_accuracy():
     close = {"best_val_loss": 0.001, "best_val_acc": 0.985, "target_reached_iter": None}
     far = {"best_val_loss": 0.0005, "best_val_acc": 0.6, "target_reached_iter": None}
     assert sorted([far, close, late, soon], key=lr_rank) == [soon, late, close, far]
+
+
+def test_sweep_flags_and_train_overrides_are_split_in_order():
+    """The sweep's own flags (either --flag=v or --flag v) are its; every other --key=value goes to train.py
+    as written, configs keep their order around them (the first is the reference), and a key the sweep
+    sets per run is refused."""
+    from tools import sweep
+    from trainer.cli import ConfigError
+    configs, flags, overrides = sweep.parse_flags(
+        ["config/mha.py", "--n_layer=2", "config/gqa.py", "--seeds", "3,4", "--out=o", "--lr=5e-4",
+         "--lr_grid=1e-3,2e-3", "config/mla.py", "--min_lr=-0"])
+    assert configs == ["config/mha.py", "config/gqa.py", "config/mla.py"]
+    assert flags == {"seeds": "3,4", "out": "o", "lr_grid": "1e-3,2e-3"}
+    assert overrides == ["--n_layer=2", "--lr=5e-4", "--min_lr=-0"]    # --lr is no abbreviation of --lr_grid
+    for reserved in ("--seed=1", "--out_dir=x", "--init_from=resume"):
+        with pytest.raises(ConfigError, match="the sweep sets"):
+            sweep.parse_flags(["config/mha.py", reserved])

@@ -55,3 +55,52 @@ def test_compare_writes_report(data_root, tmp_path):
     r = subprocess.run([sys.executable, "-m", "tools.compare", str(tmp_path / "missing")], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def tool_modules():
+    """tools.X and tools.benchmarks.X for every file that defines main() and runs it as a script."""
+    import ast
+    names = []
+    for folder, package in (("tools", "tools"), (os.path.join("tools", "benchmarks"), "tools.benchmarks")):
+        for file in sorted(os.listdir(os.path.join(ROOT, folder))):
+            if not file.endswith(".py") or file == "__init__.py":
+                continue
+            with open(os.path.join(ROOT, folder, file)) as f:
+                tree = ast.parse(f.read())
+            has_main = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+            runs_main = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
+            if has_main and runs_main:
+                names.append(f"{package}.{file[:-3]}")
+    return names
+
+
+# Runs every module as `python -m NAME --help` would (runpy, import-time code included), each in turn
+# in one child process: one torch import for all of them.
+HELP_RUNNER = """
+import contextlib, io, json, runpy, sys
+results = {}
+for name in sys.argv[1:]:
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = [name, "--help"]
+    code = "returned without exiting"
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(name, run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code or 0
+    results[name] = {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+print(json.dumps(results))
+"""
+
+
+def test_every_tool_prints_help_and_exits_0():
+    modules = tool_modules()
+    assert {"tools.sweep", "tools.plan", "tools.compile_check", "tools.compare", "tools.benchmarks.mla"} <= set(modules)
+    r = subprocess.run([sys.executable, "-c", HELP_RUNNER, *modules], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    results = json.loads(r.stdout.strip().splitlines()[-1])
+    for name in modules:
+        got = results[name]
+        assert got["code"] == 0 and got["stdout"].startswith("usage:"), (name, got)
+        assert "--help" in got["stdout"] and "Traceback" not in got["stderr"], (name, got)

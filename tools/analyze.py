@@ -45,8 +45,9 @@ from attention import variant_class
 from attention.positional import RoPE, alibi_slopes, rope_inv_freq
 from attention.record import record_attention
 from tokenizer import TokenizerError, load_tokenizer
-from trainer.checkpoint import CheckpointError, load_model, run_checkpoint_path
+from trainer.checkpoint import CheckpointError
 from trainer.cli import OneLineParser, check_output, fail
+from trainer.rundir import Run
 from trainer.settings import resolve_device
 
 NEAR = 4  # distances 1..NEAR count as "near" in the decay summary
@@ -77,8 +78,8 @@ def load_inputs(args):
     if not os.path.isdir(args.run_dir):
         fail(f"{args.run_dir} is not a folder; pass a train.py out_dir (python -m tools.analyze out-gqa)")
     try:
-        model, ckpt = load_model(run_checkpoint_path(args.run_dir, args.ckpt), resolve_device(args.device),
-                                 attn_impl="naive", mla_decode="expanded")
+        model, ckpt = Run(args.run_dir).load_model(resolve_device(args.device), args.ckpt, attn_impl="naive",
+                                                   mla_decode="expanded")
         if "meta" not in ckpt or "config" not in ckpt:
             raise CheckpointError(f"{args.run_dir}: the checkpoint lacks meta or config; "
                                   "it was not written by train.py")
@@ -372,7 +373,7 @@ def main(argv=None):
     except OSError as e:
         fail(f"cannot create --out {out} ({e.strerror}); pick a writable folder")
     result = analyze(model, val, length, args.windows)
-    result["checkpoint"] = run_checkpoint_path(args.run_dir, args.ckpt)
+    result["checkpoint"] = Run(args.run_dir).checkpoint_path(args.ckpt)
     n_layer = model.config.n_layer
     layers = args.layers or (list(range(n_layer)) if n_layer <= 4 else [0, n_layer - 1])
     plot_decay(os.path.join(out, "decay.png"), result["decay"], result["uniform"], model.config, length)

@@ -7,7 +7,7 @@ first config, and validation-loss curves.
 Runs of one config are the run folders whose names differ only in a -s<seed> suffix
 (mha-s1, mha-s2, ...); a folder without the suffix is a group of one. Reads each
 RUN_DIR/summary.json, log.jsonl and, when sweep.py wrote it, test_eval.json (the test loss of
-its best.pt). Writes OUT/report.md:
+its best.pt), through trainer.rundir.Run. Writes OUT/report.md:
   - per config: n, mean ± sample std of best and final val loss and of test loss, throughput,
     memory, cache, training FLOPs;
   - per config against the first: the paired difference over shared seeds (--metric: the test
@@ -36,21 +36,6 @@ METRICS = {"test": "test_loss", "best_val": "best_val_loss", "final_val": "final
 
 def config_name(run_name):
     return SEED_SUFFIX.sub("", run_name)
-
-
-def load(run_dir):
-    """(name, summary, log) with summary["test_loss"] from test_eval.json when sweep.py wrote one."""
-    name, summary, log = load_run(run_dir)
-    path = os.path.join(run_dir, "test_eval.json")
-    if os.path.isfile(path):
-        try:
-            with open(path) as f:
-                rows = [r for r in json.load(f) if r.get("test_loss") is not None]
-        except (OSError, ValueError, AttributeError) as e:
-            raise RunError(f"{path} is not eval.py's JSON ({e}); delete it and re-run the sweep") from None
-        summary = {**summary, "test_loss": rows[0]["test_loss"] if rows else None,
-                   **({"test_acc": rows[0].get("test_acc")} if rows and "test_acc" in rows[0] else {})}
-    return name, summary, log
 
 
 def run_seed(name, summary):
@@ -301,7 +286,7 @@ def check_groups_alike(groups):
 
 def write_report(run_dirs, out_dir, metric="auto", margin=0.01, plan_path=None, allow_mixed=False):
     """Load, group and write out_dir/report.md and report.png; returns the markdown. RunError on a bad run."""
-    groups = group_runs([load(r) for r in run_dirs])
+    groups = group_runs([load_run(r) for r in run_dirs])
     if not allow_mixed:
         check_groups_alike(groups)
     if metric == "test" and any(s.get("test_loss") is None for runs in groups.values() for _, s, _ in runs):

@@ -34,14 +34,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from attention.positional import RoPE
-from trainer.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    model_config_from_checkpoint,
-    model_from_checkpoint,
-    run_checkpoint_path,
-)
+from trainer.checkpoint import CheckpointError, model_config_from_checkpoint, model_from_checkpoint
 from trainer.cli import ConfigError, OneLineParser, check_output, fail
+from trainer.rundir import Run
 from trainer.settings import resolve_device
 
 
@@ -205,8 +200,8 @@ def rope_overrides(args):
 
 def evaluate_run(run_dir, name, lengths, args, device):
     """Rows of one run (loss None and a 'why' where the length is not possible), per RoPE setting."""
-    path = run_checkpoint_path(run_dir, args.ckpt)
-    ckpt = load_checkpoint(path, device)
+    run = Run(run_dir)
+    path, ckpt = run.checkpoint_path(args.ckpt), run.checkpoint(args.ckpt, device)
     tokens = split_tokens(ckpt, run_dir, args.data_dir, args.split)
     if args.max_tokens:
         tokens = tokens[:args.max_tokens]

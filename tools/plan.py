@@ -23,6 +23,7 @@ variants at the same width and depth. The other flags are the planner's own:
 A markdown table goes to stdout with the assumptions under it; --json FILE writes one object
 per config. Bad input is one line on stderr and exit status 2, before anything is planned.
 """
+import argparse
 import json
 import math
 import os
@@ -33,7 +34,7 @@ import torch
 
 from attention.cache import StateCache
 from model import GPT, GPTConfig
-from trainer.cli import ConfigError, fail
+from trainer.cli import ConfigError, OneLineParser, fail
 from trainer.settings import MODEL_KEYS, parse_keys
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
@@ -72,23 +73,33 @@ def parse_number(flag: str, text: str, kind, low, high=math.inf):
     return value
 
 
+HELP = {"context": "tokens per sequence (required)", "batch": "sequences per step and decode batch (default 1)",
+        "memory": "device memory (default 80GB)", "dtype": "weights and K/V cache: " + ", ".join(DTYPES),
+        "peak_tflops": "dense peak (default 989)", "bandwidth": "memory bandwidth (default 3.35TB/s)",
+        "mfu": "model FLOPs utilization (default 0.4)", "vocab_size": "vocabulary (default 50304)",
+        "json": "also write one object per config to this file"}
+
+
+def flag_parser():
+    """The planner's own flags (values kept as text: parse_options checks them); every other --key=value
+    is a model override for the configs (parse_known_args), every other word a config file."""
+    ap = OneLineParser(prog="python -m tools.plan", description=__doc__, allow_abbrev=False,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       usage="python -m tools.plan CONFIG... [--key=value ...] --context=N [--batch=B] "
+                             "[--memory=80GB] [--dtype=bf16] [...] [--json FILE]")
+    ap.add_argument("configs", nargs="*", metavar="CONFIG", help="config files, as train.py reads them")
+    for flag, default in DEFAULTS.items():
+        ap.add_argument(f"--{flag}", default=default, metavar=flag.upper(), help=HELP[flag])
+    return ap
+
+
 def split_argv(argv):
     """-> (the planner's flags as raw strings, config files, --key=value overrides for the configs)."""
-    raw, configs, overrides = dict(DEFAULTS), [], []
-    args = iter(argv)
-    for arg in args:
-        if arg in ("-h", "--help"):
-            print(__doc__)
-            sys.exit(0)
-        key, eq, value = arg[2:].partition("=")
-        if arg.startswith("--") and key in DEFAULTS:
-            raw[key] = value if eq else next(args, None)
-            if raw[key] is None:
-                fail(f"--{key} needs a value, e.g. --{key}={DEFAULTS[key] or 32768}")
-        elif arg.startswith("--"):
-            overrides.append(arg)
-        else:
-            configs.append(arg)
+    known, rest = flag_parser().parse_known_args(argv)
+    raw = {k: v for k, v in vars(known).items() if k != "configs"}
+    configs, overrides = list(known.configs), []
+    for arg in rest:   # a config after an override lands here, still in order
+        (overrides if arg.startswith("--") else configs).append(arg)
     return raw, configs, overrides
 
 

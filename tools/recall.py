@@ -20,26 +20,27 @@ pairs; accuracy against bytes kept, one marker per pair count) go to --out.
 import sys
 
 from tools import compare, stats
-from tools.scorecard import check_out, load_model, write_outputs
+from tools.scorecard import check_out, write_outputs
 from trainer.checkpoint import CheckpointError
 from trainer.cli import OneLineParser, fail
-from trainer.rundir import RunError
+from trainer.rundir import Run, RunError
 
 SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)
 
 
 def run_row(run_dir):
     """(config, pairs, seed, accuracy, which accuracy, bytes kept per sequence, params) of one MQAR run."""
-    name, summary, _ = compare.load(run_dir)
-    ckpt, model = load_model(run_dir, "cpu")
-    mqar = (ckpt.get("meta") or {}).get("mqar")
+    run = Run(run_dir)
+    summary = run.results
+    mqar = run.meta.get("mqar")
     if not mqar:
         raise RunError(f"{run_dir} was not trained on an MQAR dataset (no mqar record in its meta.json); "
                        "give runs of data/mqar/prepare.py datasets")
     key = "test_acc" if summary.get("test_acc") is not None else "best_val_acc"
+    model, _ = run.load_model("cpu")
     row_len = model.config.block_size
     kept = model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4
-    return (compare.config_name(name), mqar["num_pairs"], summary.get("seed"), summary.get(key), key, kept,
+    return (compare.config_name(run.name), mqar["num_pairs"], summary.get("seed"), summary.get(key), key, kept,
             model.num_params())
 
 

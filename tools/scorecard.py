@@ -29,15 +29,9 @@ import torch
 from tools import compare, stats
 from tools import eval as length_eval
 from tools.benchmarks.harness import decode_cost
-from trainer.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    model_config_from_checkpoint,
-    model_from_checkpoint,
-    run_checkpoint_path,
-)
+from trainer.checkpoint import CheckpointError
 from trainer.cli import OneLineParser, fail
-from trainer.rundir import RunError, write_json_atomic, write_text_atomic
+from trainer.rundir import Run, RunError, write_json_atomic, write_text_atomic
 
 
 def quality(runs):
@@ -47,12 +41,6 @@ def quality(runs):
     mean, sd, n = compare.mean_std(values)
     half = stats.t_ppf(1 - stats.ALPHA / 2, n - 1) * sd / math.sqrt(n) if sd is not None else None
     return key, mean, half, n
-
-
-def load_model(run_dir, device):
-    path = run_checkpoint_path(run_dir, "best")
-    ckpt = load_checkpoint(path, device)
-    return ckpt, model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path), path, device)
 
 
 def extrapolation(run_dir, ckpt, model, args, device):
@@ -67,24 +55,24 @@ def extrapolation(run_dir, ckpt, model, args, device):
     return past - length_eval.strided_loss(model, tokens, L, max(1, L // 2), 8, device, "sliding window")
 
 
-def mqar_accuracy(mqar_groups, name, device):
-    """(mean test accuracy of best.pt, else best val accuracy; pairs) of the --mqar runs named like this
-    config, or (None, None)."""
+def mqar_accuracy(mqar_groups, name):
+    """(mean test accuracy of best.pt, else best val accuracy; pairs) of the --mqar runs (Run) named like
+    this config, or (None, None)."""
     runs = mqar_groups.get(name)
     if not runs:
         return None, None
-    key = "test_acc" if all(s.get("test_acc") is not None for _, s in runs) else "best_val_acc"
-    mean, _, _ = compare.mean_std([s.get(key) for _, s in runs])
-    meta = load_checkpoint(run_checkpoint_path(runs[0][0], "best"), device).get("meta") or {}
-    return mean, (meta.get("mqar") or {}).get("num_pairs")
+    key = "test_acc" if all(r.results.get("test_acc") is not None for r in runs) else "best_val_acc"
+    mean, _, _ = compare.mean_std([r.results.get(key) for r in runs])
+    return mean, (runs[0].meta.get("mqar") or {}).get("num_pairs")
 
 
-def config_row(name, runs, run_dirs, paired, mqar_groups, args, device):
+def config_row(name, runs, first, paired, mqar_groups, args, device):
+    """One config's row: runs are its (name, results, log) over seeds, first the Run of its first seed."""
     key, mean, half, n = quality(runs)
-    ckpt, model = load_model(run_dirs[0], device)
+    model, ckpt = first.load_model(device)
     kv = model.cache_elems_per_seq(args.context) * 2 / args.context       # bf16, averaged over the context
     state = model.cache_state_elems() * 4
-    acc, pairs = mqar_accuracy(mqar_groups, name, device)
+    acc, pairs = mqar_accuracy(mqar_groups, name)
     end = min(model.config.block_size, args.context)
     steps = min(args.steps, end - 1)   # the timed steps end at block_size: bigbird and learned positions stop there
     decode = decode_cost(model, end - steps, steps, device)["ms_per_token"]
@@ -93,7 +81,7 @@ def config_row(name, runs, run_dirs, paired, mqar_groups, args, device):
             "params": model.num_params(), "n": n, "metric": key, "loss": mean, "loss_ci95_half": half,
             "delta": p and p["mean"], "delta_ci95": p and list(p["ci95"]), "verdict": p and p["verdict"],
             "mqar_acc": acc, "mqar_pairs": pairs,
-            "extrapolation": extrapolation(run_dirs[0], ckpt, model, args, device),
+            "extrapolation": extrapolation(first.path, ckpt, model, args, device),
             "context": args.context, "cache_bytes_per_token": kv, "cache_state_bytes": state,
             "bytes_per_seq": kv * args.context + state,
             "train_tokens_per_sec": compare.mean_std([s.get("tokens_per_sec") for _, s, _ in runs])[0],
@@ -185,16 +173,15 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        loaded = [(d, compare.load(d)) for d in args.runs]
-        groups = compare.group_runs([run for _, run in loaded])
-        dirs = {name: [d for d, run in loaded if compare.config_name(run[0]) == name] for name in groups}
+        loaded = [Run(d) for d in args.runs]
+        groups = compare.group_runs([(r.name, r.results, r.log) for r in loaded])
+        first = {name: next(r for r in loaded if compare.config_name(r.name) == name) for name in groups}
         mqar = {}
-        for d in args.mqar:
-            name, summary, _ = compare.load(d)
-            mqar.setdefault(compare.config_name(name), []).append((d, summary))
+        for run in map(Run, args.mqar):
+            mqar.setdefault(compare.config_name(run.name), []).append(run)
         paired = compare.paired_rows(groups, quality(next(iter(groups.values())))[0], args.margin)
         torch.manual_seed(0)
-        rows = [config_row(name, runs, dirs[name], paired, mqar, args, args.device) for name, runs in groups.items()]
+        rows = [config_row(name, runs, first[name], paired, mqar, args, args.device) for name, runs in groups.items()]
     except (RunError, CheckpointError) as e:
         fail(str(e))
     write_outputs(args.out, "scorecard", markdown(rows, next(iter(groups))), rows, plot)

@@ -1,7 +1,7 @@
 """Seeded sweeps: train every config x seed with the same overrides, then compare them.
 
     python -m tools.sweep config/mha.py config/gqa.py config/mla.py --seeds=1,2,3 --out=sweeps/cpu
-    python -m tools.sweep config/mha.py config/gla.py --out=sweeps/fair --match=params,flops \
+    python -m tools.sweep config/mha.py config/gla.py --out=sweeps/fair --match=params,flops \\
         --lr_grid=5e-4,1e-3,2e-3,4e-3 --lr_fraction=0.25
 
 Each run is `python train.py CONFIG --seed=S --out_dir=OUT/<config>-s<S> [overrides]` in its own
@@ -32,6 +32,7 @@ At the end OUT/report.md and OUT/report.png (compare.py) group the seeds of each
 Exit status: 0 all runs finished; 1 some run failed (the others still ran; see its
 train.log); 2 bad input (before any training, or a run refused its input).
 """
+import argparse
 import json
 import os
 import signal
@@ -41,14 +42,21 @@ import time
 
 from model import GPTConfig
 from tools import budget
-from trainer.cli import ConfigError, fail
-from trainer.rundir import RunError, read_log, read_summary, run_state, settings_differ, write_json_atomic
+from trainer.cli import ConfigError, OneLineParser, fail
+from trainer.rundir import (
+    TEST_EVAL,
+    RunError,
+    read_log,
+    read_summary,
+    run_state,
+    settings_differ,
+    write_json_atomic,
+)
 from trainer.runfiles import RunLock
 from trainer.settings import MODEL_KEYS, parse_keys, read_meta
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root, where train.py is
 RESERVED = ("seed", "out_dir", "init_from")  # the sweep sets these per run
-SWEEP_FLAGS = ("seeds", "out", "match", "lr_grid", "lr_fraction", "probe_iters", "jobs")
 DEFAULT_SEEDS = [1, 2, 3, 4, 5]
 PLAN = "plan.json"
 
@@ -63,19 +71,37 @@ def parse_numbers(flag, text, kind):
     return values
 
 
+def flag_parser():
+    """The sweep's own flags (values kept as text: parse_options checks them); every other --key=value
+    is a train.py override, passed through (parse_known_args), and every other word a config file."""
+    ap = OneLineParser(prog="python -m tools.sweep", description=__doc__, allow_abbrev=False,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       usage="python -m tools.sweep CONFIG... --out=DIR [--seeds=1,2,3] [--match=params,flops|time] "
+                             "[--lr_grid=a,b,...] [--lr_fraction=F] [--probe_iters=N] [--jobs=J] [--key=value ...]")
+    ap.add_argument("configs", nargs="*", metavar="CONFIG", help="train.py config files; the first is the reference")
+    ap.add_argument("--out", help="folder of the run folders, plan.json and the report (required)")
+    ap.add_argument("--seeds", help="comma-separated seeds (default 1,2,3,4,5)")
+    ap.add_argument("--match", help="params, flops, time, or params with one of the other two (comma-separated)")
+    ap.add_argument("--lr_grid", help="comma-separated learning rates to tune each config over")
+    ap.add_argument("--lr_fraction", help="share of the budget each grid run gets (default 0.25)")
+    ap.add_argument("--probe_iters", help="iterations of the --match=time throughput probe (default 30)")
+    ap.add_argument("--jobs", help="runs trained at the same time (default 1)")
+    return ap
+
+
 def parse_flags(argv):
-    """(configs, sweep flags as text, train.py overrides) from argv."""
-    configs, flags, overrides = [], {}, []
-    for arg in argv:
-        key, _, value = arg[2:].partition("=")
-        if arg.startswith("--") and key in SWEEP_FLAGS:
-            flags[key] = value
-        elif arg.startswith("--"):
-            if key in RESERVED:
-                raise ConfigError(f"{arg}: the sweep sets {key} for each run; use --seeds and --out instead")
-            overrides.append(arg)
-        else:
+    """(configs, sweep flags as text, train.py overrides) from argv, in the order given."""
+    known, rest = flag_parser().parse_known_args(argv)
+    flags = {k: v for k, v in vars(known).items() if k != "configs" and v is not None}
+    configs, overrides = list(known.configs), []
+    for arg in rest:   # a config after an override lands here, still in order
+        if not arg.startswith("--"):
             configs.append(arg)
+            continue
+        key = arg[2:].partition("=")[0]
+        if key in RESERVED:
+            raise ConfigError(f"{arg}: the sweep sets {key} for each run; use --seeds and --out instead")
+        overrides.append(arg)
     return configs, flags, overrides
 
 
@@ -448,7 +474,7 @@ def evaluate_on_test(runner, runs):
     """RUN/test_eval.json for each finished run: its best.pt over every window of the test split at
     its block_size (the same windows for every run). Kept until the run's best.pt changes."""
     for config, _, run_dir, run_overrides in runs:
-        path = os.path.join(run_dir, "test_eval.json")
+        path = os.path.join(run_dir, TEST_EVAL)   # what Run.test_eval reads
         ckpt = os.path.join(run_dir, "best.pt")
         if os.path.isfile(path) and os.path.getmtime(path) >= os.path.getmtime(ckpt):
             continue
@@ -460,12 +486,8 @@ def evaluate_on_test(runner, runs):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if "-h" in argv or "--help" in argv:
-        print(__doc__)
-        return
     try:
-        configs, opts, overrides = parse_args(argv)
+        configs, opts, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     except ConfigError as e:
         fail(str(e))
     runner = Runner()

@@ -1,20 +1,37 @@
-"""The run folder (out_dir): the one reader and writer of its records, log.jsonl and summary.json.
+"""The run folder (out_dir): the one reader and writer of its records, log.jsonl and summary.json,
+and the one reader every tool goes through (Run).
 
-    log.jsonl      one metrics dict per evaluation (Trainer.metrics, trainer/loop.py), a JSON line each;
-                   a line torn by a kill is skipped here, the one place that tolerates it
-    summary.json   the run as a whole, rewritten atomically at every evaluation; strict JSON
-                   (NaN and inf become null); its "last_eval" is the last log.jsonl record
+    log.jsonl       one metrics dict per evaluation (Trainer.metrics, trainer/loop.py), a JSON line each;
+                    a line torn by a kill is skipped here, the one place that tolerates it
+    summary.json    the run as a whole, rewritten atomically at every evaluation; strict JSON
+                    (NaN and inf become null); its "last_eval" is the last log.jsonl record
+    test_eval.json  tools.eval --split=test of best.pt, written by tools.sweep (optional)
+    best.pt,        the checkpoints (trainer/checkpoint.py writes and checks them): Run.header reads one
+    ckpt.pt         without its weights (memory-mapped, none read); Run.checkpoint, Run.load_model with them
 
-train.py writes through these functions; tools/ (compare, sweep, benchmarks) read through them.
-Checkpoints (ckpt.pt, best.pt) are trainer/checkpoint.py's, the lock is trainer/runfiles.py's.
+train.py writes through these functions; tools/ read a run through Run(path). The lock is
+trainer/runfiles.py's.
 """
+import functools
 import json
 import math
 import os
+import warnings
 
-from trainer.checkpoint import WriteError, save_atomic
+import torch
 
-LOG, SUMMARY = "log.jsonl", "summary.json"
+from trainer.checkpoint import (
+    REQUIRED_KEYS,
+    WriteError,
+    check_checkpoint_values,
+    load_checkpoint,
+    load_model,
+    run_checkpoint_path,
+    save_atomic,
+)
+
+LOG, SUMMARY, TEST_EVAL = "log.jsonl", "summary.json", "test_eval.json"
+WEIGHTS = ("model", "optimizer")   # what Run.header leaves out
 
 
 class RunError(ValueError):
@@ -108,13 +125,110 @@ def check_numbers(record, where):
                            "train.py: re-run that run")
 
 
+def read_test_eval(run_dir) -> dict:
+    """{"test_loss", and "test_acc" for examples} of test_eval.json (tools.eval's rows, the first with a
+    test loss); {} when there is none; RunError when it is not tools.eval's JSON."""
+    path = os.path.join(run_dir, TEST_EVAL)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path) as f:
+            rows = [r for r in json.load(f) if r.get("test_loss") is not None]
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise RunError(f"{path} is not tools.eval's JSON ({e}); delete it and re-run the sweep") from None
+    if not rows:
+        return {"test_loss": None}
+    return {"test_loss": rows[0]["test_loss"], **({"test_acc": rows[0].get("test_acc")} if "test_acc" in rows[0]
+                                                   else {})}
+
+
+def read_header(path) -> dict:
+    """A checkpoint without its weights (model_args, config, meta, iter_num, ...): loaded memory-mapped,
+    so no weight is read. A file the mapped load refuses (an old format, a bad file) goes through
+    load_checkpoint, which reads it whole or says in one line why not (CheckpointError)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 (the checked loader below names the problem)
+        ckpt = None
+    if not isinstance(ckpt, dict) or any(k not in ckpt for k in REQUIRED_KEYS):
+        ckpt = load_checkpoint(path)
+    header = {k: v for k, v in ckpt.items() if k not in WEIGHTS}
+    check_checkpoint_values(header, path)
+    return header
+
+
+class Run:
+    """One run folder, read lazily and each file once: .summary, .log, .test_eval, .results (summary
+    plus test results), .header(which) / .model_args / .config / .meta (a checkpoint without its
+    weights), .checkpoint(which, device) (with them) and .load_model(device, which, **overrides).
+    RunError or CheckpointError (one line) on a bad file."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.name = os.path.basename(os.path.normpath(self.path))
+        self._headers = {}
+
+    @functools.cached_property
+    def summary(self) -> dict:
+        summary = read_summary(self.path)
+        check_numbers(summary, os.path.join(self.path, SUMMARY))
+        return summary
+
+    @functools.cached_property
+    def log(self) -> list:
+        log = read_log(self.path)
+        for record in log:
+            check_numbers(record, os.path.join(self.path, LOG))
+        return log
+
+    @functools.cached_property
+    def test_eval(self) -> dict:
+        return read_test_eval(self.path)
+
+    @property
+    def results(self) -> dict:
+        """summary.json with test_loss (and test_acc) of test_eval.json where the sweep wrote one."""
+        return {**self.summary, **self.test_eval}
+
+    def checkpoint_path(self, which="best"):
+        return run_checkpoint_path(self.path, which)
+
+    def header(self, which="best") -> dict:
+        """best.pt (else ckpt.pt) or ckpt.pt (which="last") without its weights, read once."""
+        if which not in self._headers:
+            self._headers[which] = read_header(self.checkpoint_path(which))
+        return self._headers[which]
+
+    @property
+    def model_args(self) -> dict:
+        return self.header()["model_args"]
+
+    @property
+    def config(self) -> dict:
+        """The train config the run was made with ({} from a checkpoint without one)."""
+        return self.header().get("config") or {}
+
+    @property
+    def meta(self) -> dict:
+        """The dataset's meta.json as the run saw it ({} where the checkpoint has none)."""
+        return self.header().get("meta") or {}
+
+    def checkpoint(self, which="best", device="cpu") -> dict:
+        """The whole checkpoint, weights too, checked (trainer.checkpoint.load_checkpoint)."""
+        return load_checkpoint(self.checkpoint_path(which), device)
+
+    def load_model(self, device="cpu", which="best", **overrides):
+        """(GPT with the weights of best.pt (else ckpt.pt) or ckpt.pt (which="last"), in eval mode on
+        device, the checkpoint dict), as trainer.checkpoint.load_model."""
+        return load_model(self.checkpoint_path(which), device, **overrides)
+
+
 def load_run(run_dir):
-    """(name, summary, log) of one run folder; RunError if its summary or log cannot be read."""
-    summary, log = read_summary(run_dir), read_log(run_dir)
-    check_numbers(summary, os.path.join(run_dir, SUMMARY))
-    for record in log:
-        check_numbers(record, os.path.join(run_dir, LOG))
-    return os.path.basename(os.path.normpath(run_dir)), summary, log
+    """(name, results, log) of one run folder (Run's, as a tuple for the reports that group them)."""
+    run = Run(run_dir)
+    return run.name, run.results, run.log
 
 
 def run_state(run_dir) -> str:

@@ -1,6 +1,6 @@
 """What every benchmark shares: its command line (--json, --out, --quick), one timing helper,
 a time budget that skips what does not fit, peak-memory measurement, output writing, and
-a reader of train.py run folders (through trainer/rundir.py, plus the train config in ckpt.pt).
+a table of train.py run folders (read through trainer.rundir.Run).
 """
 import argparse
 import json
@@ -203,14 +203,14 @@ def emit(markdown, results, args):
 
 def read_run(run_dir):
     """One train.py run folder: its summary.json plus ms per training iteration (from the
-    train config in its checkpoint), as a dict."""
-    from trainer.checkpoint import load_checkpoint, run_checkpoint_path
-    from trainer.rundir import load_run
-    name, summary, _ = load_run(run_dir)
-    cfg = load_checkpoint(run_checkpoint_path(run_dir, "last"))["config"]
-    tokens_per_iter = cfg["batch_size"] * cfg["block_size"] * cfg["gradient_accumulation_steps"]
-    tps = summary.get("tokens_per_sec")
-    return {"run": name, **summary, "ms_per_iter": 1e3 * tokens_per_iter / tps if tps else float("nan")}
+    train config in its ckpt.pt, read without the weights), as a dict."""
+    from trainer.rundir import Run
+    run = Run(run_dir)
+    cfg = run.header("last").get("config") or {}
+    tokens_per_iter = cfg.get("batch_size", 0) * cfg.get("block_size", 0) * cfg.get("gradient_accumulation_steps", 0)
+    tps = run.summary.get("tokens_per_sec")
+    return {"run": run.name, **run.summary,
+            "ms_per_iter": 1e3 * tokens_per_iter / tps if tps and tokens_per_iter else float("nan")}
 
 
 def runs_table(run_dirs):
