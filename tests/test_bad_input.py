@@ -1,5 +1,8 @@
 """Bad input through the command line, as a user types it: exit 2, at most 3 lines, no
-traceback, a line naming the problem, before any work (no run folder made)."""
+traceback, a line naming the problem, before any work (no run folder made).
+The scripts run in this process (helpers.run_cli: the same argv and __main__ path, without
+a fresh torch import each, so a loaded machine makes no check time out); one row also runs
+as a real subprocess, with a timeout scaled to this machine (helpers.cli_timeout)."""
 import json
 import os
 import shutil
@@ -8,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, cli_timeout, run_cli
 
 BASE = "config/base_shakespeare_char.py"
 
@@ -56,6 +59,9 @@ TABLE = [
     (["-m", "tools.eval", "{tmp}", "--plot={tmp}"], "is a folder"),
     (["-m", "tools.compare", "{tmp}", "--out={tmp}/notutf8.py"], "is a file, not a folder"),
     (["-m", "tools.bench", "--suite=mla", "--json={tmp}/missing/b.json"], "does not exist"),
+    (["-m", "tools.plan", "config/gqa.py", "--context=64", "--json={tmp}"], "is a folder; give a file name"),
+    (["-m", "tools.sweep", "config/mha.py", "--seeds=1", "--out=/proc/xx"], "cannot write in /proc"),
+    (["-m", "tools.sweep", "config/mha.py", "--seeds=1", "--out={tmp}/notutf8.py"], "is a file, not a folder"),
 ]
 
 CONFIG_FILES = {"notutf8.py": b"out_dir = '\xff\xfe'\n", "exits.py": b"import sys\nsys.exit(5)\n",
@@ -69,12 +75,24 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, data_root, tmp_path):
     argv = [a.format(tmp=tmp_path) for a in argv]
     if argv[0] == "train.py":
         argv += [f"--data_dir={data_root}", f"--out_dir={tmp_path}/run", "--device=cpu"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")} | {"HOME": str(tmp_path)}
-    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and 1 <= len(lines) <= 3 and "Traceback" not in r.stderr, r.stderr
-    assert words in r.stderr, r.stderr
+    env = {k: None for k in os.environ if k.startswith("WANDB")} | {"HOME": str(tmp_path)}
+    code, _, err = run_cli(argv, env)
+    assert_refused(code, err, words)
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+def assert_refused(code, err, words, max_lines=3):
+    lines = err.strip().splitlines()
+    assert code == 2 and 1 <= len(lines) <= max_lines and "Traceback" not in err, err
+    assert words in err, err
+
+
+def test_a_refusal_as_a_real_subprocess(data_root, tmp_path):
+    """The in-process runs above stand for `python ...`: one row checked the real way."""
+    r = subprocess.run([sys.executable, "train.py", BASE, "--min_lr=1", f"--data_dir={data_root}", "--device=cpu",
+                        f"--out_dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True, timeout=cli_timeout())
+    assert_refused(r.returncode, r.stderr, "min_lr=1.0 is above learning_rate", max_lines=1)
+    assert not (tmp_path / "run").exists()
 
 
 def test_token_ids_beyond_vocab_size_are_refused_before_training(data_root, tmp_path):
@@ -84,19 +102,19 @@ def test_token_ids_beyond_vocab_size_are_refused_before_training(data_root, tmp_
     meta = json.loads((data / "meta.json").read_text())
     meta["vocab_size"], meta["chars"] = 40, meta["chars"][:40]
     (data / "meta.json").write_text(json.dumps(meta))
-    r = subprocess.run([sys.executable, "train.py", BASE, f"--data_dir={tmp_path / 'data'}", "--device=cpu",
-                        f"--out_dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "token id" in r.stderr and "vocab_size=40" in r.stderr
+    code, _, err = run_cli(["train.py", BASE, f"--data_dir={tmp_path / 'data'}", "--device=cpu",
+                            f"--out_dir={tmp_path}/run"])
+    assert_refused(code, err, "token id", max_lines=1)
+    assert "vocab_size=40" in err
     assert not (tmp_path / "run").exists()
 
 
 def test_a_binary_file_is_not_a_corpus(tmp_path):
     (tmp_path / "zeros.txt").write_bytes(b"\x00" * 100_000)
-    r = subprocess.run([sys.executable, "data/shakespeare_char/prepare.py", f"--input={tmp_path / 'zeros.txt'}",
-                        f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "NUL bytes" in r.stderr and not (tmp_path / "out" / "train.bin").exists()
+    code, _, err = run_cli(["data/shakespeare_char/prepare.py", f"--input={tmp_path / 'zeros.txt'}",
+                            f"--out_dir={tmp_path / 'out'}"])
+    assert_refused(code, err, "NUL bytes", max_lines=1)
+    assert not (tmp_path / "out" / "train.bin").exists()
 
 
 @pytest.mark.parametrize("summary,log,words", [
@@ -108,9 +126,8 @@ def test_compare_refuses_a_malformed_run_folder(tmp_path, summary, log, words):
     run.mkdir()
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
-    r = subprocess.run([sys.executable, "-m", "tools.compare", str(run), f"--out={tmp_path / 'rep'}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+    code, _, err = run_cli(["-m", "tools.compare", str(run), f"--out={tmp_path / 'rep'}"])
+    assert_refused(code, err, words, max_lines=1)
 
 
 @pytest.mark.parametrize("content,words", [
@@ -130,6 +147,5 @@ def test_a_bad_checkpoint_is_one_line_in_every_reader(tmp_path, content, words, 
         if content["model"]:
             content["model"] = {"wte.weight": torch.tensor([[0.0, float("nan")]])}
         torch.save(content, run / "ckpt.pt")
-    r = subprocess.run([sys.executable, *[a.format(run=run) for a in tool]], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+    code, _, err = run_cli([a.format(run=run) for a in tool])
+    assert_refused(code, err, words, max_lines=1)

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from configurator import ConfigError, fail
+from configurator import ConfigError, check_output, fail
 from model import GPTConfig
 from tools import budget
 from trainer.rundir import RunError, read_log, read_summary, run_state, settings_differ, write_json_atomic
@@ -87,6 +87,7 @@ def parse_options(flags):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))}: every seed must be in [0, 2**32)")
     if not flags.get("out"):
         raise ConfigError("--out is missing; e.g. --out=sweeps/NAME (run folders and the report go there)")
+    check_output(flags["out"], "--out", folder=True)  # an existing file, an unwritable place: one line
     try:
         match = budget.parse_match(flags["match"]) if "match" in flags else ()
     except ValueError as e:
