@@ -25,6 +25,11 @@ TABLE = [
     (["train.py", BASE, "--rope_scaling=linear"], "unknown rope_scaling"),
     (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=4", "--rope_beta_fast=1"], "rope_beta_fast=1.0"),
     (["train.py", BASE, "--rope_fraction=2"], "rope_fraction=2.0 must be in [0, 1]"),
+    (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=4", "--rope_original_context=-1"],
+     "rope_original_context=-1 must be at least 1"),
+    (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=1e308"], "rope_factor=1e+308 must be in [1, 1024"),
+    (["train.py", BASE, "--rope_scaling=pi", "--rope_factor=1025"], "rope_factor=1025.0 must be in [1, 1024"),
+    (["train.py", BASE, "--dataset=dirbin"], "train.bin in"),
     (["train.py", BASE, "--pos_encoding=alibi", "--rope_factor=2"], "needs pos_encoding=rope"),
     (["train.py", BASE, "--wandb_log=True"], "wandb_log=True"),
     (["train.py", "config/swa.py", "--sliding_window=0"], "sliding_window=0 must be at least 1"),
@@ -74,6 +79,11 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, data_root, tmp_path):
         (tmp_path / name).write_bytes(content)
     argv = [a.format(tmp=tmp_path) for a in argv]
     if argv[0] == "train.py":
+        if "--dataset=dirbin" in argv:  # a dataset whose train.bin is a folder
+            shutil.copytree(os.path.join(data_root, "shakespeare_char"), tmp_path / "data" / "dirbin")
+            os.remove(tmp_path / "data" / "dirbin" / "train.bin")
+            os.mkdir(tmp_path / "data" / "dirbin" / "train.bin")
+            data_root = tmp_path / "data"
         argv += [f"--data_dir={data_root}", f"--out_dir={tmp_path}/run", "--device=cpu"]
     env = {k: None for k in os.environ if k.startswith("WANDB")} | {"HOME": str(tmp_path)}
     code, _, err = run_cli(argv, env)
@@ -149,3 +159,19 @@ def test_a_bad_checkpoint_is_one_line_in_every_reader(tmp_path, content, words, 
         torch.save(content, run / "ckpt.pt")
     code, _, err = run_cli([a.format(run=run) for a in tool])
     assert_refused(code, err, words, max_lines=1)
+
+
+@pytest.mark.parametrize("lr,wd", [(50, 0.1), (1e300, 0.1), (0.5, 3.0), (1.0, 1.0)])
+def test_the_weight_decay_advice_keeps_the_bound_it_states(lr, wd, data_root, tmp_path):
+    """learning_rate * weight_decay >= 1 is refused; every value the line suggests must pass that check."""
+    import re
+    code, _, err = run_cli(["train.py", BASE, f"--learning_rate={lr}", f"--weight_decay={wd}", "--min_lr=0",
+                            f"--data_dir={data_root}", f"--out_dir={tmp_path}/run", "--device=cpu"])
+    assert_refused(code, err, "learning_rate * weight_decay", max_lines=1)
+    bound = float(re.search(r"weight_decay below ([0-9.e+-]+)", err).group(1))
+    assert bound == pytest.approx(1 / lr, rel=1e-5)
+    lr_example = re.search(r"lower it \(e\.g\. ([0-9.e+-]+)\)", err)
+    wd_example = re.search(r"weight_decay below [0-9.e+-]+ \(e\.g\. ([0-9.e+-]+)\)", err)
+    assert lr_example or wd_example, err
+    assert not lr_example or float(lr_example.group(1)) * wd < 1, err
+    assert not wd_example or float(wd_example.group(1)) < bound, err
