@@ -90,8 +90,8 @@ class RoPE:
         if self.scaling not in ROPE_SCALINGS:
             raise ValueError(f"unknown rope_scaling={self.scaling!r}; choose one of {', '.join(ROPE_SCALINGS)}")
         if not 1 <= self.factor <= MAX_ROPE_FACTOR:
-            raise ValueError(f"rope_factor={self.factor} must be in [1, {MAX_ROPE_FACTOR}] (the context extension "
-                             "factor: the scaled context over the trained one)")
+            raise ValueError(f"rope_factor={self.factor} must be >= 1 and at most {MAX_ROPE_FACTOR:g} (the context "
+                             "extension factor: the scaled context over the trained one)")
         if self.original_context < 1:  # yarn's ramp takes ln(original_context / ...)
             raise ValueError(f"rope_original_context={self.original_context} must be at least 1 (the context the "
                              "model was trained at), or 0 for block_size")
