@@ -143,6 +143,9 @@ def test_compare_refuses_a_malformed_run_folder(tmp_path, summary, log, words):
 @pytest.mark.parametrize("content,words", [
     ("text", "is truncated or not a checkpoint"),
     ({"model": {}, "model_args": {}, "iter_num": "abc"}, "iter_num='abc' is not a number"),
+    ({"model": {}, "model_args": {}, "iter_num": -5}, "iter_num=-5 is negative"),
+    ({"model": {}, "model_args": {}, "best_val_loss": float("nan")}, "best_val_loss=nan is not a loss"),
+    ({"model": {}, "model_args": {}, "best_val_loss": -5.0}, "best_val_loss=-5.0 is not a loss"),
     ({"model": {"wte.weight": "nan"}, "model_args": {}}, "holds non-finite weights (wte.weight")])
 @pytest.mark.parametrize("tool", [["sample.py", "--out_dir={run}", "--ckpt=last"],
                                   ["-m", "tools.analyze", "{run}", "--ckpt=last"],
