@@ -130,7 +130,10 @@ def test_a_binary_file_is_not_a_corpus(tmp_path):
 @pytest.mark.parametrize("summary,log,words", [
     ({"attention": "mha", "params": "many"}, [], "params='many' is not a number"),
     ({"attention": "mha"}, [{"iter": 0, "val_loss": "abc", "elapsed_s": 1.0}], "val_loss='abc' is not a number"),
-    ({"attention": "mha"}, [{"iter": "zero", "val_loss": 1.0}], "iter='zero' is not a number")])
+    ({"attention": "mha"}, [{"iter": "zero", "val_loss": 1.0}], "iter='zero' is not a number"),
+    ({"attention": "mha"}, [{"iter": 0, "val_loss": float("inf"), "elapsed_s": 1.0}], "val_loss=inf is not finite"),
+    ({"attention": "mha", "best_val_loss": float("nan")}, [], "best_val_loss=nan is not finite"),
+    ({"attention": "mha", "best_val_loss": -5}, [], "best_val_loss=-5 is below 0")])
 def test_compare_refuses_a_malformed_run_folder(tmp_path, summary, log, words):
     run = tmp_path / "run"
     run.mkdir()
