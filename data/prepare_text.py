@@ -53,11 +53,14 @@ def _check_args(args, url):
     return enc_name, (list_text_files(args.input) if args.input else None)
 
 
-def _vocabulary(files, enc_name, dtype):
+def _vocabulary(files, enc_name, dtype, test_fraction=0.0):
     """One pass over the files (UTF-8, not empty, the character set for char) and the vocabulary they get."""
     total, chars = scan_text_files(files, want_chars=enc_name is None)
     if total < 2:
         raise InputError("the input holds a single character, too little to split into train and val")
+    if test_fraction and total * test_fraction < 1:  # before any work: test.bin would be empty
+        raise InputError(f"--test_fraction={test_fraction} of {total:,} characters is {total * test_fraction:.2g} "
+                         f"characters: test.bin would be empty; give at least {1 / total:.2g} (or 0: no test split)")
     if enc_name is None:
         return Vocabulary(total, len(chars), ("char", chars), {"tokenizer": "char", "chars": chars},
                           choose_dtype(len(chars), dtype))
@@ -121,7 +124,7 @@ def main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1,
     try:
         if files is None:
             files = [download(args.url, os.path.join(args.out_dir, download_name))]
-        vocab = _vocabulary(files, enc_name, args.dtype)
+        vocab = _vocabulary(files, enc_name, args.dtype, args.test_fraction)
     except InputError as e:
         Output(args.out_dir, "uint16", created_dir=created).discard()
         fail(str(e))
@@ -131,6 +134,9 @@ def main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1,
     except OSError as e:  # a full or read-only disk while writing: nothing partial stays
         out.discard()
         fail(write_failure(args.out_dir, e) + " (nothing partial was left)")
+    except InputError as e:  # found while splitting (e.g. too few held-out tokens): nothing kept
+        out.discard()
+        fail(str(e))
     print(f"{vocab.total_chars:,} characters in {len(files)} file(s), {meta['tokenizer']} vocabulary of "
           f"{vocab.size}: {' / '.join(f'{n:,} {split}' for split, n in out.tokens.items())} tokens ({vocab.dtype}) "
           f"-> {args.out_dir}")

@@ -368,6 +368,7 @@ def inputs(tmp_path, docs):
     (tmp_path / "a_file").write_text("x")
     write_jsonl(tmp_path / "docs.jsonl", docs[:50])
     (tmp_path / "ok.txt").write_text("hello world\n" * 20)
+    (tmp_path / "abc.txt").write_text("abc")
     return tmp_path
 
 
@@ -379,6 +380,9 @@ def inputs(tmp_path, docs):
     (TEXT, ["--input", "{d}/ok.txt", "--tokenizer=gpt3"], "unknown tokenizer 'gpt3'"),
     (TEXT, ["--input", "{d}/ok.txt", "--val_fraction=1.5"], "--val_fraction"),
     (TEXT, ["--input", "{d}/ok.txt", "--out_dir={d}/a_file/sub"], "cannot write to --out_dir"),
+    (TEXT, ["--input", "{d}/abc.txt", "--tokenizer=char", "--test_fraction=0.1"], "test.bin would be empty"),
+    (TEXT, ["--input", "{d}/abc.txt", "--tokenizer=char", "--test_fraction=1e-300"], "test.bin would be empty"),
+    (TEXT, ["--input", "{d}/abc.txt", "--tokenizer=char", "--test_fraction=0.5"], "would get 2 and val.bin 0"),
     (SHAKESPEARE, ["--input", "{d}/missing.txt"], "does not exist"),
     (OWT, ["--input", "{d}/missing.jsonl"], "missing.jsonl does not exist"),
     (OWT, ["--input", "{d}/empty.jsonl"], "holds no documents"),

@@ -32,10 +32,10 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from attention.positional import RoPE
 from configurator import ConfigError, OneLineParser, check_output, fail
+from data.progress import progress
 from trainer.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -113,11 +113,16 @@ def why_not(model, length, n_tokens):
 
 
 def batches(starts, batch_size, desc):
-    """starts in groups of batch_size, with a progress bar on a terminal (none in a redirected log)."""
+    """starts in groups of batch_size, saying how far it is: a bar on a terminal, a plain line every
+    few percent in a redirected log (data/progress.py; it was silent there for 44 minutes)."""
     starts = list(starts)
-    for i in tqdm(range(0, len(starts), batch_size), desc=desc, unit="batch", leave=False, file=sys.stderr,
-                  disable=not sys.stderr.isatty()):
-        yield starts[i:i + batch_size]
+    bar = progress(-(-len(starts) // batch_size), "batch", desc, leave=False)
+    try:
+        for i in range(0, len(starts), batch_size):
+            yield starts[i:i + batch_size]
+            bar.update(1)
+    finally:
+        bar.close()
 
 
 def window_losses(model, tokens, starts, length, device):
