@@ -521,3 +521,24 @@ def test_one_giant_line_is_cut_with_bounded_memory(tmp_path, monkeypatch, capsys
     pieces = [p for *_, p in text_source.text_pieces([str(path)], split_at=len(text))]
     assert "".join(pieces) == text and max(map(len, pieces)) <= 4000 + 1000
     assert capsys.readouterr().err.count("note:") == 1
+
+
+@pytest.mark.parametrize("newlines", ["keep", "unix"])
+def test_byte_order_mark_and_crlf_are_reported_and_converted_on_request(monkeypatch, capsys, tmp_path, newlines):
+    """keep (the default) tokenizes the exact text and says that it holds a BOM and \\r; unix reads it
+    as dos2unix would leave it (\\r\\n -> \\n, the leading BOM dropped), with no other tool."""
+    raw = "\ufeffFirst Citizen:\r\nBefore we proceed\r\nany further, hear me speak.\r\n" * 40
+    (tmp_path / "dos.txt").write_bytes(raw.encode("utf-8"))
+    out = tmp_path / "out"
+    assert run_inprocess(monkeypatch, TEXT, "--input", tmp_path / "dos.txt", "--tokenizer=char", "--out_dir", out,
+                         "--num_proc=1", f"--newlines={newlines}") == 0
+    train, val, meta = read_bins(out)
+    text = "".join(meta["chars"][i] for i in np.concatenate([train, val]))
+    err = capsys.readouterr().err
+    if newlines == "keep":
+        assert text == raw and "\r" in meta["chars"] and "newlines" not in meta
+        assert "start with a UTF-8 byte-order mark" in err and "hold \\r (CRLF line ends)" in err
+        assert "--newlines=unix" in err
+    else:
+        assert text == raw[1:].replace("\r\n", "\n") and "\r" not in meta["chars"] and meta["newlines"] == "unix"
+        assert "note:" not in err
