@@ -170,7 +170,21 @@ def main(argv=None):
                   file=sys.stderr)
         dt = time.time() - t0
         print(f"sample {s + 1}: {n_new} tokens in {dt:.2f}s ({n_new / dt:.1f} tokens/s, "
-              f"{'no cache' if args.no_cache else 'kv cache'})", file=sys.stderr)
+              f"{'no cache' if args.no_cache else cache_label(model)})", file=sys.stderr)
+
+
+def cache_label(model):
+    """What decoding keeps, by the model's own counts: a cache growing per token (up to a window),
+    a constant state (linear attention), or both (a hybrid plan). GLA keeps no K/V cache."""
+    per_token, state = model.cache_elems_per_token(), model.cache_state_elems()
+    caps = [b.attn.cache_max_tokens() for b in model.h if b.attn.cache_elems_per_token()]
+    capped = caps and None not in caps  # every growing layer stops at a window (swa): else it grows
+    kept = []
+    if per_token:
+        kept.append(f"kv cache of {per_token:,} elements/token" + (f" up to {max(caps)} tokens" if capped else ""))
+    if state:
+        kept.append(f"constant state of {state:,} elements")
+    return " + ".join(kept) or "no cache"
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def main(argv=None):
         fail(str(e))
     signals = StopSignals()
     try:
-        code = run(tc, gptconf, meta, flat_cfg, checkpoint, signals)
+        code = run(tc, gptconf, meta, flat_cfg, checkpoint, signals, [a for a in argv if not a.startswith("--")])
     finally:
         signals.restore()
         if lock:
@@ -66,7 +66,7 @@ def main(argv=None):
         sys.exit(code)
 
 
-def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
+def run(tc, gptconf, meta, flat_cfg, checkpoint, signals, config_files=()):
     """Train (or evaluate); returns the exit status (0, 3 or 128 + signal)."""
     dist = setup_distributed(tc)
     threads, why = use_cpu_threads(tc.threads, dist.device)
@@ -79,7 +79,7 @@ def run(tc, gptconf, meta, flat_cfg, checkpoint, signals):
     except CheckpointError as e:
         fail(str(e))
     checkpoint = None  # the trainer holds what it needs; free the loaded tensors
-    log_file = open_run_files(trainer) if dist.master else None
+    log_file = open_run_files(trainer, config_files) if dist.master else None
     code = 0
     try:
         stopped_by = train_loop(trainer, signals, log_file)

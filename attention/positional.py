@@ -43,6 +43,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
+# Published extensions go 4x to 64x (PI, YaRN, Llama 3.1's 8x; LongRoPE's 512x the far end): a
+# factor past 1024 is a typo (e.g. 1e308, which trained: theta / 1e308 is all but 0), not a study.
+MAX_ROPE_FACTOR = 1024.0
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,12 @@ class RoPE:
             raise ValueError(f"rope_base={self.base} must be a finite number > 1 (theta_i = base^(-2i/d))")
         if self.scaling not in ROPE_SCALINGS:
             raise ValueError(f"unknown rope_scaling={self.scaling!r}; choose one of {', '.join(ROPE_SCALINGS)}")
-        if not 1 <= self.factor < math.inf:
-            raise ValueError(f"rope_factor={self.factor} must be >= 1 (the context extension factor)")
+        if not 1 <= self.factor <= MAX_ROPE_FACTOR:
+            raise ValueError(f"rope_factor={self.factor} must be >= 1 and at most {MAX_ROPE_FACTOR:g} (the context "
+                             "extension factor: the scaled context over the trained one)")
+        if self.original_context < 1:  # yarn's ramp takes ln(original_context / ...)
+            raise ValueError(f"rope_original_context={self.original_context} must be at least 1 (the context the "
+                             "model was trained at), or 0 for block_size")
         if self.scaling == "none" and self.factor != 1:
             raise ValueError(f"rope_factor={self.factor} needs rope_scaling=pi, ntk or yarn")
         yarn_keys = (self.beta_fast, self.beta_slow, self.attn_factor)

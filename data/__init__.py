@@ -12,6 +12,7 @@
     tokenizers.py    tokenizer names, id widths, the ordered process pool that encodes the tasks
     writer.py        the output folder: temporary files renamed together, meta.json last, resume state
     cli.py           the shared parser, output options and progress bar
+    progress.py      how far long work is: a bar on a terminal, plain lines off one (also tools.eval's)
     errors.py        InputError (one line, exit 2) and SourceError (resumable)
     bootstrap.py     how a prepare script imports this package without editing sys.path
 

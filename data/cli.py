@@ -61,6 +61,6 @@ def test_share(val_fraction, test_fraction):
 
 
 def progress(total, unit, desc):
-    from tqdm import tqdm
-    return tqdm(total=total, unit=unit, unit_scale=True, desc=desc, dynamic_ncols=True,
-                mininterval=0.5, smoothing=0.1)
+    """A tqdm bar on a terminal, plain lines every few percent off one (data/progress.py)."""
+    from .progress import progress as make
+    return make(total, unit, desc)

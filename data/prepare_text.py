@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .cli import Parser, add_output_args, check_fractions, check_num_proc, progress, test_share
 from .errors import InputError, fail
-from .text_source import download, list_text_files, scan_text_files, text_pieces
+from .text_source import NEWLINES, download, list_text_files, scan_text_files, text_pieces
 from .tokenizers import Workers, choose_dtype, load_encoding, tiktoken_name
 from .writer import Output, check_out_dir, write_failure
 
@@ -37,6 +37,10 @@ def _parser(description, out_dir, tokenizer, val_fraction, url):
                          "(default %(default)s)")
     ap.add_argument("--val_fraction", type=float, default=val_fraction,
                     help="the last this fraction of the text is the validation split (default %(default)s)")
+    ap.add_argument("--newlines", default="keep", choices=NEWLINES,
+                    help="keep (default): the text as it is, a UTF-8 byte-order mark and the \\r of CRLF line ends "
+                         "become tokens too; unix: as dos2unix, \\r\\n (and a lone \\r) read as \\n and a leading "
+                         "byte-order mark dropped")
     add_output_args(ap, out_dir)
     return ap
 
@@ -53,11 +57,16 @@ def _check_args(args, url):
     return enc_name, (list_text_files(args.input) if args.input else None)
 
 
-def _vocabulary(files, enc_name, dtype):
+def _vocabulary(files, enc_name, dtype, test_fraction=0.0, newlines="keep"):
     """One pass over the files (UTF-8, not empty, the character set for char) and the vocabulary they get."""
-    total, chars = scan_text_files(files, want_chars=enc_name is None)
+    found = {}
+    total, chars = scan_text_files(files, want_chars=enc_name is None, newlines=newlines, found=found)
+    note_line_ends(found, len(files))
     if total < 2:
         raise InputError("the input holds a single character, too little to split into train and val")
+    if test_fraction and total * test_fraction < 1:  # before any work: test.bin would be empty
+        raise InputError(f"--test_fraction={test_fraction} of {total:,} characters is {total * test_fraction:.2g} "
+                         f"characters: test.bin would be empty; give at least {1 / total:.2g} (or 0: no test split)")
     if enc_name is None:
         return Vocabulary(total, len(chars), ("char", chars), {"tokenizer": "char", "chars": chars},
                           choose_dtype(len(chars), dtype))
@@ -65,6 +74,17 @@ def _vocabulary(files, enc_name, dtype):
     return Vocabulary(total, enc.n_vocab, ("tiktoken", enc_name),
                       {"tokenizer": f"tiktoken:{enc_name}", "eot_token": enc.eot_token},
                       choose_dtype(enc.n_vocab, dtype))
+
+
+def note_line_ends(found, n_files):
+    """Say it when the text carries a byte-order mark or \r (CRLF) line ends, which --newlines=keep
+    tokenizes as characters (a char model then samples carriage returns), and how to convert."""
+    what = [f"{len(found[k])} of {n_files} file(s) {text}" for k, text in
+            (("bom", "start with a UTF-8 byte-order mark"), ("cr", "hold \\r (CRLF line ends)")) if found.get(k)]
+    if what:
+        print(f"note: {' and '.join(what)} (e.g. {(found['bom'] or found['cr'])[0]}); they are kept as characters "
+              "(--newlines=keep, the default): pass --newlines=unix to read them as dos2unix would leave them",
+              file=sys.stderr)
 
 
 def _tokenize(args, files, vocab, out):
@@ -80,7 +100,7 @@ def _tokenize(args, files, vocab, out):
         workers = Workers(args.num_proc, vocab.spec, vocab.dtype)
         out.open()
         tasks = (((i, last, in_val, len(piece)), [(piece, add_eot and last)])
-                 for i, last, in_val, piece in text_pieces(files, split_at))
+                 for i, last, in_val, piece in text_pieces(files, split_at, args.newlines))
         docs = 0
         for (i, last, in_val, n_chars), (flat, _) in workers.map(tasks):
             out.write("val" if in_val else "train", flat)
@@ -91,7 +111,8 @@ def _tokenize(args, files, vocab, out):
         meta = {"vocab_size": vocab.size, "dtype": vocab.dtype, **vocab.meta,
                 "train_tokens": out.tokens["train"], "val_tokens": out.tokens["val"], "documents": len(files),
                 "source": args.input or [args.url], "val_fraction": args.val_fraction,
-                **({"test_fraction": args.test_fraction} if args.test_fraction else {})}
+                **({"test_fraction": args.test_fraction} if args.test_fraction else {}),
+                **({"newlines": "unix"} if args.newlines == "unix" else {})}
         meta = out.commit(meta, test_share(args.val_fraction, args.test_fraction))
     except KeyboardInterrupt:  # local text is quick to redo: nothing half-written stays
         bar.close()
@@ -121,7 +142,7 @@ def main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1,
     try:
         if files is None:
             files = [download(args.url, os.path.join(args.out_dir, download_name))]
-        vocab = _vocabulary(files, enc_name, args.dtype)
+        vocab = _vocabulary(files, enc_name, args.dtype, args.test_fraction, args.newlines)
     except InputError as e:
         Output(args.out_dir, "uint16", created_dir=created).discard()
         fail(str(e))
@@ -131,6 +152,9 @@ def main(description, argv=None, *, out_dir, tokenizer="gpt2", val_fraction=0.1,
     except OSError as e:  # a full or read-only disk while writing: nothing partial stays
         out.discard()
         fail(write_failure(args.out_dir, e) + " (nothing partial was left)")
+    except InputError as e:  # found while splitting (e.g. too few held-out tokens): nothing kept
+        out.discard()
+        fail(str(e))
     print(f"{vocab.total_chars:,} characters in {len(files)} file(s), {meta['tokenizer']} vocabulary of "
           f"{vocab.size}: {' / '.join(f'{n:,} {split}' for split, n in out.tokens.items())} tokens ({vocab.dtype}) "
           f"-> {args.out_dir}")

@@ -58,17 +58,37 @@ def list_text_files(paths):
     return files
 
 
-def scan_text_files(files, want_chars):
+NEWLINES = ("keep", "unix")
+
+
+def open_text(path, newlines="keep"):
+    """keep: the exact text, a byte-order mark and \r\n included. unix: as dos2unix would leave it:
+    \r\n (and a lone \r) read as \n (Python's universal newlines), a leading byte-order mark dropped."""
+    if newlines == "unix":
+        return open(path, encoding="utf-8-sig", newline=None)
+    return open(path, encoding="utf-8", newline="")
+
+
+def scan_text_files(files, want_chars, newlines="keep", found=None):
     """One fast pass before any work: every file is UTF-8, the total is not empty, and (for char) the
-    sorted character set. Returns (total characters, chars or None)."""
+    sorted character set. Returns (total characters, chars or None). found, a dict if given, receives
+    the files that (as read) start with a byte-order mark ("bom") and that hold a \r ("cr")."""
     total, chars = 0, set()
+    found = {} if found is None else found
+    found.update(bom=[], cr=[])
     for path in files:
         try:
-            with open(path, encoding="utf-8", newline="") as f:
+            with open_text(path, newlines) as f:
+                first = True
                 while True:
                     block = f.read(tokenizers.CHUNK_CHARS * 8)
                     if not block:
                         break
+                    if first and block.startswith("\ufeff"):
+                        found["bom"].append(path)
+                    if "\r" in block and path not in found["cr"][-1:]:
+                        found["cr"].append(path)
+                    first = False
                     total += len(block)
                     if "\x00" in block:  # valid UTF-8, but no text has NUL bytes: a binary file
                         raise InputError(f"{path} holds NUL bytes (a binary file, not text); pass text files")
@@ -91,13 +111,13 @@ def _cut_near(piece, local):
     return cut if cut != -1 else local  # no safe place at all: cut there anyway
 
 
-def text_pieces(files, split_at):
+def text_pieces(files, split_at, newlines="keep"):
     """Yield (file index, last piece of the file?, in val?, text): pieces of about CHUNK_CHARS cut at safe
     places, and the piece holding character `split_at` (counted across all files) cut near it, so that
     everything from there on is the validation split. An empty file yields one empty last piece."""
     offset, in_val = 0, False
     for i, path in enumerate(files):
-        with open(path, encoding="utf-8", newline="") as f:  # newline="": keep \r\n, tokenize the exact text
+        with open_text(path, newlines) as f:  # keep: \r\n stays, the exact text is tokenized
             carry, eof, warned = "", False, False
             while not eof:
                 block = f.read(tokenizers.CHUNK_CHARS)

@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 
-from .errors import fail
+from .errors import InputError, fail
 
 STATE_FILE = "prepare_state.json"  # where an interrupted Hugging Face run records how far it got
 
@@ -115,6 +115,10 @@ class Output:
         reports on, never used to select); returns how many. A token-stream cut: with documents,
         the one at the boundary is split between val and test."""
         n = round(self.tokens["val"] * share)
+        if not 0 < n < self.tokens["val"]:  # an empty test.bin (or val.bin) would be written and read as a split
+            fix = "a larger --test_fraction (0: no test split)" if n == 0 else "a larger --val_fraction"
+            raise InputError(f"the held-out text is {self.tokens['val']} token(s): test.bin would get {n} and "
+                             f"val.bin {self.tokens['val'] - n}; give more text, or {fix}")
         tail = self._take_tail("val", n)
         self.tmp["test"] = os.path.join(self.out_dir, "test.tmp.bin")
         tail.tofile(self.tmp["test"])

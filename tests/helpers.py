@@ -1,7 +1,15 @@
 """Constants and helpers shared by the tests (fixtures live in conftest.py)."""
+import contextlib
+import functools
+import io
 import math
 import os
+import runpy
+import subprocess
 import sys
+import time
+import traceback
+import warnings
 
 import torch
 
@@ -132,3 +140,52 @@ def set_attn_impl(model, impl):
     """Switch every layer of a built model to another attn_impl (e.g. naive, the reference)."""
     for block in model.h:
         block.attn.attn_impl = impl
+
+
+def run_cli(argv, env=None):
+    """`python ARGV` (argv[0] a script path or "-m", as a user types it) run in this process from
+    the repo root, with os.environ updated by env (None values removed): -> (exit status, stdout,
+    stderr). An uncaught exception is written to stderr as its traceback, status 1, as Python
+    would. In-process, a check of a one-line refusal does not wait on importing torch again, so
+    it takes the same time on a loaded machine as on an idle one (no subprocess timeout)."""
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_argv, saved_cwd = dict(os.environ), sys.argv, os.getcwd()
+    code = 0
+    try:
+        os.environ.update({k: v for k, v in (env or {}).items() if v is not None})
+        for k in [k for k, v in (env or {}).items() if v is None]:
+            os.environ.pop(k, None)
+        os.chdir(ROOT)
+        sys.argv = list(argv[1:]) if argv[0] == "-m" else list(argv)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy")  # re-running a module
+            try:
+                if argv[0] == "-m":
+                    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(os.path.join(ROOT, argv[0]), run_name="__main__")
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, (int, type(None))):
+                    print(e.code, file=sys.stderr)
+            except BaseException:  # noqa: BLE001  (what python would print, for the test to see)
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+    return code, out.getvalue(), err.getvalue()
+
+
+@functools.cache
+def cli_timeout():
+    """Seconds a test gives a `python ...` subprocess: $TEST_CLI_TIMEOUT, else 120 plus 10 times
+    what importing torch takes here now (measured once): ~95 s on a loaded 2-core machine, where
+    a fixed 120 s failed checks that were right."""
+    if os.environ.get("TEST_CLI_TIMEOUT"):
+        return float(os.environ["TEST_CLI_TIMEOUT"])
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True)
+    return 120 + 10 * (time.perf_counter() - t0)

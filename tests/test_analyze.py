@@ -286,3 +286,21 @@ def test_recording_is_off_outside_the_context():
     with record_attention():
         assert record.state is not None
     assert record.state is None
+
+
+def test_a_sliding_window_says_why_it_has_no_near_far_ratio(tmp_path):
+    """swa with a window of 8 at length 32 attends nothing at distances >= 16: its near/far cells
+    were a bare "-"; now they point to a footnote that gives the window."""
+    model = make_model("swa", sliding_window=8)
+    val = np.random.default_rng(0).integers(0, 65, 400).astype(np.uint16)  # what analyze reads from val.bin
+    result = analyze.analyze(model, val, 32, 2)
+    for curve in result["decay"]:  # the reason holds: no weight at all at distance >= 16 (here >= 8)
+        far = [w for d, w in zip(curve["distance"], curve["weight"]) if d >= 8]
+        assert far == [] or max(far) == 0
+    assert result["near_far"] == [None, None] and result["near_far_uniform"] == [None, None]
+    assert all("a sliding window of 8 tokens sees no key at distance >= 16" in w for w in result["near_far_why"])
+    analyze.write_markdown(tmp_path / "a.md", {**result, "checkpoint": "ckpt.pt"})
+    text = (tmp_path / "a.md").read_text()
+    assert "| 0 | - (1) | - (1) |" in text and "\n(1) a sliding window of 8 tokens" in text
+    mha = analyze.analyze(make_model("mha"), val, 32, 2)
+    assert mha["near_far_why"] == [None, None] and all(v is not None for v in mha["near_far"])

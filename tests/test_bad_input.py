@@ -1,5 +1,8 @@
 """Bad input through the command line, as a user types it: exit 2, at most 3 lines, no
-traceback, a line naming the problem, before any work (no run folder made)."""
+traceback, a line naming the problem, before any work (no run folder made).
+The scripts run in this process (helpers.run_cli: the same argv and __main__ path, without
+a fresh torch import each, so a loaded machine makes no check time out); one row also runs
+as a real subprocess, with a timeout scaled to this machine (helpers.cli_timeout)."""
 import json
 import os
 import shutil
@@ -8,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, cli_timeout, run_cli
 
 BASE = "config/base_shakespeare_char.py"
 
@@ -22,6 +25,12 @@ TABLE = [
     (["train.py", BASE, "--rope_scaling=linear"], "unknown rope_scaling"),
     (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=4", "--rope_beta_fast=1"], "rope_beta_fast=1.0"),
     (["train.py", BASE, "--rope_fraction=2"], "rope_fraction=2.0 must be in [0, 1]"),
+    (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=4", "--rope_original_context=-1"],
+     "rope_original_context=-1 must be at least 1"),
+    (["train.py", BASE, "--rope_scaling=yarn", "--rope_factor=1e308"],
+     "rope_factor=1e+308 must be >= 1 and at most 1024"),
+    (["train.py", BASE, "--rope_scaling=pi", "--rope_factor=1025"], "rope_factor=1025.0 must be >= 1 and at most 1024"),
+    (["train.py", BASE, "--dataset=dirbin"], "train.bin in"),
     (["train.py", BASE, "--pos_encoding=alibi", "--rope_factor=2"], "needs pos_encoding=rope"),
     (["train.py", BASE, "--wandb_log=True"], "wandb_log=True"),
     (["train.py", "config/swa.py", "--sliding_window=0"], "sliding_window=0 must be at least 1"),
@@ -56,6 +65,9 @@ TABLE = [
     (["-m", "tools.eval", "{tmp}", "--plot={tmp}"], "is a folder"),
     (["-m", "tools.compare", "{tmp}", "--out={tmp}/notutf8.py"], "is a file, not a folder"),
     (["-m", "tools.bench", "--suite=mla", "--json={tmp}/missing/b.json"], "does not exist"),
+    (["-m", "tools.plan", "config/gqa.py", "--context=64", "--json={tmp}"], "is a folder; give a file name"),
+    (["-m", "tools.sweep", "config/mha.py", "--seeds=1", "--out=/proc/xx"], "cannot write in /proc"),
+    (["-m", "tools.sweep", "config/mha.py", "--seeds=1", "--out={tmp}/notutf8.py"], "is a file, not a folder"),
 ]
 
 CONFIG_FILES = {"notutf8.py": b"out_dir = '\xff\xfe'\n", "exits.py": b"import sys\nsys.exit(5)\n",
@@ -68,13 +80,30 @@ def test_bad_input_is_one_line_and_exit_2(argv, words, data_root, tmp_path):
         (tmp_path / name).write_bytes(content)
     argv = [a.format(tmp=tmp_path) for a in argv]
     if argv[0] == "train.py":
+        if "--dataset=dirbin" in argv:  # a dataset whose train.bin is a folder
+            shutil.copytree(os.path.join(data_root, "shakespeare_char"), tmp_path / "data" / "dirbin")
+            os.remove(tmp_path / "data" / "dirbin" / "train.bin")
+            os.mkdir(tmp_path / "data" / "dirbin" / "train.bin")
+            data_root = tmp_path / "data"
         argv += [f"--data_dir={data_root}", f"--out_dir={tmp_path}/run", "--device=cpu"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")} | {"HOME": str(tmp_path)}
-    r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and 1 <= len(lines) <= 3 and "Traceback" not in r.stderr, r.stderr
-    assert words in r.stderr, r.stderr
+    env = {k: None for k in os.environ if k.startswith("WANDB")} | {"HOME": str(tmp_path)}
+    code, _, err = run_cli(argv, env)
+    assert_refused(code, err, words)
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
+
+
+def assert_refused(code, err, words, max_lines=3):
+    lines = err.strip().splitlines()
+    assert code == 2 and 1 <= len(lines) <= max_lines and "Traceback" not in err, err
+    assert words in err, err
+
+
+def test_a_refusal_as_a_real_subprocess(data_root, tmp_path):
+    """The in-process runs above stand for `python ...`: one row checked the real way."""
+    r = subprocess.run([sys.executable, "train.py", BASE, "--min_lr=1", f"--data_dir={data_root}", "--device=cpu",
+                        f"--out_dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True, timeout=cli_timeout())
+    assert_refused(r.returncode, r.stderr, "min_lr=1.0 is above learning_rate", max_lines=1)
+    assert not (tmp_path / "run").exists()
 
 
 def test_token_ids_beyond_vocab_size_are_refused_before_training(data_root, tmp_path):
@@ -84,38 +113,43 @@ def test_token_ids_beyond_vocab_size_are_refused_before_training(data_root, tmp_
     meta = json.loads((data / "meta.json").read_text())
     meta["vocab_size"], meta["chars"] = 40, meta["chars"][:40]
     (data / "meta.json").write_text(json.dumps(meta))
-    r = subprocess.run([sys.executable, "train.py", BASE, f"--data_dir={tmp_path / 'data'}", "--device=cpu",
-                        f"--out_dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "token id" in r.stderr and "vocab_size=40" in r.stderr
+    code, _, err = run_cli(["train.py", BASE, f"--data_dir={tmp_path / 'data'}", "--device=cpu",
+                            f"--out_dir={tmp_path}/run"])
+    assert_refused(code, err, "token id", max_lines=1)
+    assert "vocab_size=40" in err
     assert not (tmp_path / "run").exists()
 
 
 def test_a_binary_file_is_not_a_corpus(tmp_path):
     (tmp_path / "zeros.txt").write_bytes(b"\x00" * 100_000)
-    r = subprocess.run([sys.executable, "data/shakespeare_char/prepare.py", f"--input={tmp_path / 'zeros.txt'}",
-                        f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "NUL bytes" in r.stderr and not (tmp_path / "out" / "train.bin").exists()
+    code, _, err = run_cli(["data/shakespeare_char/prepare.py", f"--input={tmp_path / 'zeros.txt'}",
+                            f"--out_dir={tmp_path / 'out'}"])
+    assert_refused(code, err, "NUL bytes", max_lines=1)
+    assert not (tmp_path / "out" / "train.bin").exists()
 
 
 @pytest.mark.parametrize("summary,log,words", [
     ({"attention": "mha", "params": "many"}, [], "params='many' is not a number"),
     ({"attention": "mha"}, [{"iter": 0, "val_loss": "abc", "elapsed_s": 1.0}], "val_loss='abc' is not a number"),
-    ({"attention": "mha"}, [{"iter": "zero", "val_loss": 1.0}], "iter='zero' is not a number")])
+    ({"attention": "mha"}, [{"iter": "zero", "val_loss": 1.0}], "iter='zero' is not a number"),
+    ({"attention": "mha"}, [{"iter": 0, "val_loss": float("inf"), "elapsed_s": 1.0}], "val_loss=inf is not finite"),
+    ({"attention": "mha", "best_val_loss": float("nan")}, [], "best_val_loss=nan is not finite"),
+    ({"attention": "mha", "best_val_loss": -5}, [], "best_val_loss=-5 is below 0")])
 def test_compare_refuses_a_malformed_run_folder(tmp_path, summary, log, words):
     run = tmp_path / "run"
     run.mkdir()
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
-    r = subprocess.run([sys.executable, "-m", "tools.compare", str(run), f"--out={tmp_path / 'rep'}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+    code, _, err = run_cli(["-m", "tools.compare", str(run), f"--out={tmp_path / 'rep'}"])
+    assert_refused(code, err, words, max_lines=1)
 
 
 @pytest.mark.parametrize("content,words", [
     ("text", "is truncated or not a checkpoint"),
     ({"model": {}, "model_args": {}, "iter_num": "abc"}, "iter_num='abc' is not a number"),
+    ({"model": {}, "model_args": {}, "iter_num": -5}, "iter_num=-5 is negative"),
+    ({"model": {}, "model_args": {}, "best_val_loss": float("nan")}, "best_val_loss=nan is not a loss"),
+    ({"model": {}, "model_args": {}, "best_val_loss": -5.0}, "best_val_loss=-5.0 is not a loss"),
     ({"model": {"wte.weight": "nan"}, "model_args": {}}, "holds non-finite weights (wte.weight")])
 @pytest.mark.parametrize("tool", [["sample.py", "--out_dir={run}", "--ckpt=last"],
                                   ["-m", "tools.analyze", "{run}", "--ckpt=last"],
@@ -130,6 +164,21 @@ def test_a_bad_checkpoint_is_one_line_in_every_reader(tmp_path, content, words, 
         if content["model"]:
             content["model"] = {"wte.weight": torch.tensor([[0.0, float("nan")]])}
         torch.save(content, run / "ckpt.pt")
-    r = subprocess.run([sys.executable, *[a.format(run=run) for a in tool]], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+    code, _, err = run_cli([a.format(run=run) for a in tool])
+    assert_refused(code, err, words, max_lines=1)
+
+
+@pytest.mark.parametrize("lr,wd", [(50, 0.1), (1e300, 0.1), (0.5, 3.0), (1.0, 1.0)])
+def test_the_weight_decay_advice_keeps_the_bound_it_states(lr, wd, data_root, tmp_path):
+    """learning_rate * weight_decay >= 1 is refused; every value the line suggests must pass that check."""
+    import re
+    code, _, err = run_cli(["train.py", BASE, f"--learning_rate={lr}", f"--weight_decay={wd}", "--min_lr=0",
+                            f"--data_dir={data_root}", f"--out_dir={tmp_path}/run", "--device=cpu"])
+    assert_refused(code, err, "learning_rate * weight_decay", max_lines=1)
+    bound = float(re.search(r"weight_decay below ([0-9.e+-]+)", err).group(1))
+    assert bound == pytest.approx(1 / lr, rel=1e-5)
+    lr_example = re.search(r"lower it \(e\.g\. ([0-9.e+-]+)\)", err)
+    wd_example = re.search(r"weight_decay below [0-9.e+-]+ \(e\.g\. ([0-9.e+-]+)\)", err)
+    assert lr_example or wd_example, err
+    assert not lr_example or float(lr_example.group(1)) * wd < 1, err
+    assert not wd_example or float(wd_example.group(1)) < bound, err

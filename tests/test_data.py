@@ -368,6 +368,7 @@ def inputs(tmp_path, docs):
     (tmp_path / "a_file").write_text("x")
     write_jsonl(tmp_path / "docs.jsonl", docs[:50])
     (tmp_path / "ok.txt").write_text("hello world\n" * 20)
+    (tmp_path / "abc.txt").write_text("abc")
     return tmp_path
 
 
@@ -379,6 +380,9 @@ def inputs(tmp_path, docs):
     (TEXT, ["--input", "{d}/ok.txt", "--tokenizer=gpt3"], "unknown tokenizer 'gpt3'"),
     (TEXT, ["--input", "{d}/ok.txt", "--val_fraction=1.5"], "--val_fraction"),
     (TEXT, ["--input", "{d}/ok.txt", "--out_dir={d}/a_file/sub"], "cannot write to --out_dir"),
+    (TEXT, ["--input", "{d}/abc.txt", "--tokenizer=char", "--test_fraction=0.1"], "test.bin would be empty"),
+    (TEXT, ["--input", "{d}/abc.txt", "--tokenizer=char", "--test_fraction=1e-300"], "test.bin would be empty"),
+    (TEXT, ["--input", "{d}/abc.txt", "--tokenizer=char", "--test_fraction=0.5"], "would get 2 and val.bin 0"),
     (SHAKESPEARE, ["--input", "{d}/missing.txt"], "does not exist"),
     (OWT, ["--input", "{d}/missing.jsonl"], "missing.jsonl does not exist"),
     (OWT, ["--input", "{d}/empty.jsonl"], "holds no documents"),
@@ -517,3 +521,24 @@ def test_one_giant_line_is_cut_with_bounded_memory(tmp_path, monkeypatch, capsys
     pieces = [p for *_, p in text_source.text_pieces([str(path)], split_at=len(text))]
     assert "".join(pieces) == text and max(map(len, pieces)) <= 4000 + 1000
     assert capsys.readouterr().err.count("note:") == 1
+
+
+@pytest.mark.parametrize("newlines", ["keep", "unix"])
+def test_byte_order_mark_and_crlf_are_reported_and_converted_on_request(monkeypatch, capsys, tmp_path, newlines):
+    """keep (the default) tokenizes the exact text and says that it holds a BOM and \\r; unix reads it
+    as dos2unix would leave it (\\r\\n -> \\n, the leading BOM dropped), with no other tool."""
+    raw = "\ufeffFirst Citizen:\r\nBefore we proceed\r\nany further, hear me speak.\r\n" * 40
+    (tmp_path / "dos.txt").write_bytes(raw.encode("utf-8"))
+    out = tmp_path / "out"
+    assert run_inprocess(monkeypatch, TEXT, "--input", tmp_path / "dos.txt", "--tokenizer=char", "--out_dir", out,
+                         "--num_proc=1", f"--newlines={newlines}") == 0
+    train, val, meta = read_bins(out)
+    text = "".join(meta["chars"][i] for i in np.concatenate([train, val]))
+    err = capsys.readouterr().err
+    if newlines == "keep":
+        assert text == raw and "\r" in meta["chars"] and "newlines" not in meta
+        assert "start with a UTF-8 byte-order mark" in err and "hold \\r (CRLF line ends)" in err
+        assert "--newlines=unix" in err
+    else:
+        assert text == raw[1:].replace("\r\n", "\n") and "\r" not in meta["chars"] and meta["newlines"] == "unix"
+        assert "note:" not in err

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import train
-from helpers import ROOT, train_args
+from helpers import ROOT, run_cli, train_args
 from model import GPT, GPTConfig
 from tools import eval as length_eval
 
@@ -138,6 +138,31 @@ def test_plot_goes_with_the_outputs_never_the_working_folder(runs, data_root, tm
     assert (runs / "rope" / "eval.png").stat().st_size > 1000
     os.remove(runs / "rope" / "eval.png")
     assert not os.listdir(work)
+
+
+@pytest.mark.parametrize("flags,words", [
+    (["--per_position", "--stride=1000"], "--stride=1000 is above the block_size=32 of"),
+    (["--stride=33"], "--stride=33 is above the block_size=32 of"),
+    (["--rope_scaling=pi", "--rope_factor=4"], "no run uses it")])
+def test_flags_a_run_cannot_take_are_refused_before_any_work(runs, data_root, tmp_path, flags, words):
+    """A stride past block_size was n/a in one path and refused in another; a RoPE scaling of a
+    learned-position run evaluated it unscaled without a word: both refused up front now."""
+    plot = tmp_path / "never.png"
+    code, out, err = run_cli(["-m", "tools.eval", str(runs / "learned"), *(["--lengths=16"] if "--stride=33" in flags
+                              else []), *flags, f"--data_dir={data_root}", f"--plot={plot}", "--max_tokens=500"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
+    assert out == "" and not plot.exists()
+
+
+def test_a_rope_scaling_over_mixed_runs_says_which_stay_as_trained(runs, data_root, tmp_path):
+    out = tmp_path / "eval.json"
+    code, _, err = run_cli(["-m", "tools.eval", str(runs / "rope"), str(runs / "alibi"), "--lengths=32",
+                            "--rope_scaling=pi", "--rope_factor=2", f"--data_dir={data_root}", "--max_tokens=500",
+                            f"--plot={tmp_path / 'e.png'}", f"--json={out}"])
+    assert code == 0, err
+    assert "note: --rope_scaling applies to RoPE runs only" in err and "alibi (pos_encoding=alibi)" in err
+    rows = json.loads(out.read_text())
+    assert [(r["pos_encoding"], r["rope_scaling"]) for r in rows] == [("rope", "pi"), ("alibi", "none")]
 
 
 def test_longctx_benchmark_runs_tiny(tmp_path):

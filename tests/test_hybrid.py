@@ -49,6 +49,19 @@ def test_cache_bytes_are_the_per_layer_sum():
     assert swa_mha.cache_elems_per_seq(24) == 2 * 4 * 8 * (8 + 24)
 
 
+@pytest.mark.parametrize("kw,label", [
+    (dict(attention="gla", pos_encoding="none"), "constant state of 512 elements"),   # 2 layers x (4, 8, 8)
+    (dict(), "kv cache of 128 elements/token"),                                        # 2 layers x 2 x 4 x 8
+    (dict(attention="swa", sliding_window=8), "kv cache of 128 elements/token up to 8 tokens"),
+    (dict(attention="swa,mha", sliding_window=8), "kv cache of 128 elements/token"),   # the mha layer grows
+    (dict(attention="gla,mha", pos_encoding="none"), "kv cache of 64 elements/token + constant state of 256 elements"),
+])
+def test_sample_labels_decoding_by_what_the_model_keeps(kw, label):
+    """sample.py called GLA's constant state a "kv cache": the label now says what is kept."""
+    import sample
+    assert sample.cache_label(GPT(GPTConfig(**tiny_model_kwargs(**kw)))) == label
+
+
 def test_a_checkpoint_round_trip_rebuilds_the_plan():
     model = make("moba,bigbird")
     again = GPT(GPTConfig.from_dict(model.config.to_dict())).eval()

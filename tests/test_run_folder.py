@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import train
-from helpers import ROOT, train_args
+from helpers import ROOT, cli_timeout, train_args
 from trainer.runfiles import RunLock
 
 COMMON = ("--eval_interval=10", "--log_interval=5")
@@ -245,7 +245,7 @@ def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(small_disk):
     out = small_disk / "sc"
     r = subprocess.run([sys.executable, "data/shakespeare_char/prepare.py",
                         f"--input={os.environ['TINYSHAKESPEARE_INPUT']}", f"--out_dir={out}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=cli_timeout())
     err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(err) == 1 and "cannot write to" in err[0]
     assert not out.exists()

@@ -173,8 +173,8 @@ def test_one_metrics_dict_feeds_log_summary_and_wandb(data_root, tmp_path, monke
     """Each evaluation's metrics dict is the log.jsonl line, the wandb row (at its step) and,
     for the last one, summary.json's last_eval; the console's eval line prints its losses."""
     import types
-    logged, summary_updates = [], {}
-    fake = types.SimpleNamespace(init=lambda **kw: None, finish=lambda: None,
+    logged, summary_updates, init = [], {}, {}
+    fake = types.SimpleNamespace(init=init.update, finish=lambda: None,
                                  log=lambda row, step: logged.append((step, dict(row))),
                                  summary=types.SimpleNamespace(update=summary_updates.update))
     monkeypatch.setitem(sys.modules, "wandb", fake)
@@ -183,10 +183,19 @@ def test_one_metrics_dict_feeds_log_summary_and_wandb(data_root, tmp_path, monke
     train.main(train_args(data_root, out, "--max_iters=20", "--eval_interval=10", "--wandb_log=True"))
     log = read_log(out)
     assert [r["iter"] for r in log] == [0, 10, 20]
-    assert [(r["iter"], r) for r in log] == logged              # wandb got exactly the logged dicts
+    evals = [(step, row) for step, row in logged if "val_loss" in row]
+    assert [(r["iter"], r) for r in log] == evals               # wandb got exactly the logged dicts
+    # and between evaluations, at every log_interval (10 here), the console line's loss, lr and speed
+    steps = [(step, row) for step, row in logged if "val_loss" not in row]
+    assert [step for step, _ in steps] == [10, 20] and all(set(row) == {"train/loss", "train/lr",
+                                                                        "train/tokens_per_sec"} for _, row in steps)
+    assert [step for step, _ in logged] == sorted(step for step, _ in logged)  # wandb's steps never go back
+    assert init["config"]["config_files"] == [train_args(data_root, out)[0]] and init["config"]["n_layer"] == 2
     summary = json.load(open(out / "summary.json"))
     assert summary["last_eval"] == log[-1] == summary_updates["last_eval"]
     assert summary["final_val_loss"] == log[-1]["val_loss"] and summary["tokens_per_sec"] == log[-1]["tokens_per_sec"]
     console = capsys.readouterr().out
     for r in log:
         assert f"eval {r['iter']}: train {r['train_loss']:.4f}, val {r['val_loss']:.4f}" in console
+    for step, row in steps:
+        assert f"iter {step}/20 | loss {row['train/loss']:.4f} | lr {row['train/lr']:.2e} | " in console

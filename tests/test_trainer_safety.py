@@ -244,12 +244,14 @@ def write_checkpoints(base, good):
     (base / "code").mkdir()
     torch.save({**ckpt, "model": Exploit()}, base / "code" / "ckpt.pt")
     for name, change in {"nokeys": lambda c: c.pop("model"),
-                         "variant": lambda c: c["model_args"].update(attention="flash9")}.items():
+                         "variant": lambda c: c["model_args"].update(attention="flash9"),
+                         "negiter": lambda c: c.update(iter_num=-5),  # resumed, it trained iterations -5..3
+                         "nanbest": lambda c: c.update(best_val_loss=float("nan"))}.items():  # best.pt never again
         (base / name).mkdir()
         copy = torch.load(good, weights_only=True)
         change(copy)
         torch.save(copy, base / name / "ckpt.pt")
-    for name in [*cases, "code", "nokeys", "variant"]:
+    for name in [*cases, "code", "nokeys", "variant", "negiter", "nanbest"]:
         paths[name] = base / name
     assert ckpt["iter_num"] == 2
     return paths, marker
@@ -257,7 +259,8 @@ def write_checkpoints(base, good):
 
 BAD_CHECKPOINT_WORDS = {"empty": "is empty", "truncated": "truncated or not a checkpoint",
                         "random": "not a", "code": "weights-only loader", "nokeys": "lacks model",
-                        "variant": "unknown attention"}
+                        "variant": "unknown attention", "negiter": "iter_num=-5 is negative",
+                        "nanbest": "best_val_loss=nan is not a loss"}
 
 
 def run_main(main, args, capsys):

@@ -251,6 +251,15 @@ def near_far(curve, length):
     return float(near.mean() / far.mean()) if len(near) and len(far) and far.mean() > 0 else None
 
 
+def near_far_why(attn, length):
+    """Why a layer has no near/far ratio: nothing is attended at distances >= length/2."""
+    window = attn.cache_max_tokens()  # swa: the keys a query sees, itself included (distances 0..window-1)
+    if window is not None and window <= length // 2:
+        return (f"a sliding window of {window} tokens sees no key at distance >= {length // 2}: the far mean "
+                "is 0, no ratio")
+    return f"no attention weight at distances >= {length // 2}: the far mean is 0, no ratio"
+
+
 # ---- plots and reports ----
 def plot_decay(path, decay, uniform, config, length):
     import matplotlib
@@ -327,11 +336,18 @@ def write_markdown(path, result):
               f"{fmt(result['same_token_ratio'])}"), "",
              "| layer | near/far measured | near/far uniform | same-token ratio | shift change |",
              "|---|---|---|---|---|"]
-    for i, (m, u, s, c) in enumerate(zip(result["near_far"], result["near_far_uniform"],
-                                         result["same_token_ratio_per_layer"], result["shift_invariance_per_layer"])):
-        lines.append(f"| {i} | {fmt(m)} | {fmt(u)} | {fmt(s)} | {fmt(c)} |")
+    whys = result.get("near_far_why") or [None] * len(result["near_far"])
+    reasons = list(dict.fromkeys(w for w in whys if w))
+
+    def near_far_cell(value, why):  # "-" alone said nothing: the footnote says why
+        return fmt(value) if value is not None or not why else f"- ({reasons.index(why) + 1})"
+    for i, (m, u, s, c, why) in enumerate(zip(result["near_far"], result["near_far_uniform"],
+                                              result["same_token_ratio_per_layer"],
+                                              result["shift_invariance_per_layer"], whys)):
+        lines.append(f"| {i} | {near_far_cell(m, why)} | {near_far_cell(u, why)} | {fmt(s)} | {fmt(c)} |")
     lines += ["", (f"near/far: mean weight at distances 1-{NEAR} over mean weight at distances >= "
-                   f"{result['length'] // 2}; long-distance decay means measured > uniform."), "",
+                   f"{result['length'] // 2}; long-distance decay means measured > uniform."),
+              *[f"({i}) {why}" for i, why in enumerate(reasons, 1)], "",
               "![decay](decay.png)", "", "![maps](maps.png)", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
@@ -351,6 +367,8 @@ def analyze(model, val, length, n_windows):
             "same_token_ratio_per_layer": [ratio(n, d) for n, d in terms],
             "near_far": [near_far(c[0], length) for c in curves],
             "near_far_uniform": [near_far(c[1], length) for c in curves],
+            "near_far_why": [None if near_far(c[0], length) is not None and near_far(c[1], length) is not None
+                             else near_far_why(block.attn, length) for c, block in zip(curves, model.h)],
             "windows": n_windows, "length": length}
 
 

@@ -8,7 +8,8 @@ tokens (each token predicts the next; batched, with a progress bar). A markdown 
 lengths) goes to stdout and the curves (loss against context length, log x) to --plot (default:
 beside --json, its name with .png; without --json, eval.png in the first RUN_DIR).
 --rope_scaling=none,pi,ntk,yarn --rope_factor=4 evaluates each RoPE run once per scaling (a row
-each, "run [yarn x4]"): a trained model stretched without retraining. Lengths a run cannot take
+each, "run [yarn x4]"): a trained model stretched without retraining; other runs are evaluated once,
+as trained (a note on stderr names them), and with no RoPE run at all it exits 2. Lengths a run cannot take
 (learned positions or BigBird beyond block_size) are n/a with the reason; if no requested
 length is possible for any run, it exits 2 with one line. --json writes a list of {"run",
 "attention", "pos_encoding", "rope_scaling", "rope_factor", "block_size", "length", "val_loss"}
@@ -23,6 +24,7 @@ L must beat the second):
                   with those that merely lack context; JSON rows gain "buckets" [{"start", "end", "loss"}].
   --stride=S      the sliding-window loss at L: windows every S tokens, each token predicted with
                   at least L - S and up to L tokens before it; one more row per run with "stride": S.
+                  S above a run's block_size is refused (exit 2) before any evaluation.
 """
 import json
 import os
@@ -31,10 +33,16 @@ import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from attention.positional import RoPE
-from trainer.checkpoint import CheckpointError, model_config_from_checkpoint, model_from_checkpoint
+from data.progress import progress
+from trainer.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    model_config_from_checkpoint,
+    model_from_checkpoint,
+    run_checkpoint_path,
+)
 from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.rundir import Run
 from trainer.settings import resolve_device
@@ -107,11 +115,16 @@ def why_not(model, length, n_tokens):
 
 
 def batches(starts, batch_size, desc):
-    """starts in groups of batch_size, with a progress bar on a terminal (none in a redirected log)."""
+    """starts in groups of batch_size, saying how far it is: a bar on a terminal, a plain line every
+    few percent in a redirected log (data/progress.py; it was silent there for 44 minutes)."""
     starts = list(starts)
-    for i in tqdm(range(0, len(starts), batch_size), desc=desc, unit="batch", leave=False, file=sys.stderr,
-                  disable=not sys.stderr.isatty()):
-        yield starts[i:i + batch_size]
+    bar = progress(-(-len(starts) // batch_size), "batch", desc, leave=False)
+    try:
+        for i in range(0, len(starts), batch_size):
+            yield starts[i:i + batch_size]
+            bar.update(1)
+    finally:
+        bar.close()
 
 
 def window_losses(model, tokens, starts, length, device):
@@ -198,6 +211,24 @@ def rope_overrides(args):
     return out
 
 
+def check_runs(args):
+    """Before any evaluation, for every run: --stride at most its block_size, and --rope_scaling only
+    with a RoPE run among them (ConfigError); -> the runs a scaling leaves as trained, for a note."""
+    as_trained = []
+    for run_dir in args.runs:
+        path = run_checkpoint_path(run_dir, args.ckpt)
+        config = model_config_from_checkpoint(load_checkpoint(path, "cpu"), path)
+        if args.stride and args.stride > config.block_size:
+            raise ConfigError(f"--stride={args.stride} is above the block_size={config.block_size} of {run_dir}; "
+                              "give 1 <= --stride <= the smallest block_size of the runs")
+        if config.pos_encoding != "rope":
+            as_trained.append(f"{run_dir} (pos_encoding={config.pos_encoding})")
+    if args.rope_scaling is not None and len(as_trained) == len(args.runs):
+        raise ConfigError(f"--rope_scaling scales RoPE, and no run uses it: {', '.join(as_trained)}; drop "
+                          "--rope_scaling (these positions have no scaling to apply)")
+    return as_trained if args.rope_scaling is not None else []
+
+
 def evaluate_run(run_dir, name, lengths, args, device):
     """Rows of one run (loss None and a 'why' where the length is not possible), per RoPE setting."""
     run = Run(run_dir)
@@ -228,8 +259,7 @@ def evaluate_run(run_dir, name, lengths, args, device):
                          **({"buckets": buckets} if args.per_position else {})})
         if args.stride:
             L = config.block_size
-            reason = why_not(model, L, len(tokens)) or (f"--stride={args.stride} is above block_size={L}"
-                                                        if args.stride > L else None)
+            reason = why_not(model, L, len(tokens))  # a stride above block_size was refused by check_runs
             loss = None if reason else strided_loss(model, tokens, L, args.stride, args.batch_size, device,
                                                     f"{label} stride {args.stride}")
             rows.append({**row, "length": L, "stride": args.stride, "loss": loss, "why": reason})
@@ -359,6 +389,10 @@ def main(argv=None):
     rows = []
     try:
         device = resolve_device(args.device)
+        unscaled = check_runs(args)
+        if unscaled:
+            print(f"note: --rope_scaling applies to RoPE runs only; evaluated once, as trained: {', '.join(unscaled)}",
+                  file=sys.stderr)
         for run_dir, name in zip(args.runs, run_labels(args.runs)):
             rows += evaluate_run(run_dir, name, lengths, args, device)
     except (CheckpointError, ConfigError) as e:

@@ -34,7 +34,7 @@ import torch
 
 from attention.cache import StateCache
 from model import GPT, GPTConfig
-from trainer.cli import ConfigError, OneLineParser, fail
+from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.settings import MODEL_KEYS, parse_keys
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
@@ -107,8 +107,7 @@ def parse_options(raw: dict) -> dict:
     """The planner's flags, checked (one line and exit 2 on the first bad one)."""
     if raw["context"] is None:
         fail("--context=N is required: the sequence length to plan for, e.g. --context=32768")
-    if raw["json"] and not os.path.isdir(os.path.dirname(os.path.abspath(raw["json"]))):
-        fail(f"--json={raw['json']}: its folder does not exist; create it or write the file elsewhere")
+    check_output(raw["json"], "--json")  # a missing folder, a folder given as the file, no write access
     if raw["dtype"] not in DTYPES:
         fail(f"--dtype={raw['dtype']!r} is unknown; choose one of {', '.join(DTYPES)}")
     return {"context": parse_number("context", raw["context"], int, 1),

@@ -42,7 +42,7 @@ import time
 
 from model import GPTConfig
 from tools import budget
-from trainer.cli import ConfigError, OneLineParser, fail
+from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.rundir import (
     TEST_EVAL,
     RunError,
@@ -114,6 +114,7 @@ def parse_options(flags):
         raise ConfigError(f"--seeds={','.join(map(str, seeds))}: every seed must be in [0, 2**32)")
     if not flags.get("out"):
         raise ConfigError("--out is missing; e.g. --out=sweeps/NAME (run folders and the report go there)")
+    check_output(flags["out"], "--out", folder=True)  # an existing file, an unwritable place: one line
     try:
         match = budget.parse_match(flags["match"]) if "match" in flags else ()
     except ValueError as e:

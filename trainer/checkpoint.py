@@ -115,6 +115,13 @@ def check_checkpoint_values(ckpt, path):
         if key in ckpt and (isinstance(ckpt[key], bool) or not isinstance(ckpt[key], types)):
             raise CheckpointError(f"checkpoint {path}: {key}={ckpt[key]!r} is not a number; it was edited or not "
                                   "written by train.py")
+    if ckpt.get("iter_num", 0) < 0:  # a resume would train iterations -5, -4, ...
+        raise CheckpointError(f"checkpoint {path}: iter_num={ckpt['iter_num']} is negative; it was edited or not "
+                              "written by train.py")
+    best = ckpt.get("best_val_loss", 0.0)
+    if not best >= 0:  # a cross-entropy is >= 0; NaN would never compare better, and best.pt never be rewritten
+        raise CheckpointError(f"checkpoint {path}: best_val_loss={best!r} is not a loss (NaN or below 0); it was "
+                              "edited or not written by train.py")
     weights = ckpt.get("model")
     if weights is None:
         return

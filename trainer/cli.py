@@ -13,6 +13,7 @@ import ast
 import difflib
 import os
 import sys
+import tempfile
 
 
 class ConfigError(ValueError):
@@ -42,6 +43,10 @@ def check_output(path, flag, folder=False):
         fail(f"{flag}={path}: the folder {os.path.dirname(target)} does not exist; create it or pick another path")
     if not os.access(parent, os.W_OK):
         fail(f"{flag}={path}: {parent} is not writable; pick another path")
+    try:  # access() says yes to root everywhere, /proc and read-only mounts too: make (and remove) a probe
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=parent))
+    except OSError as e:
+        fail(f"{flag}={path}: cannot write in {parent} ({e.strerror}); pick another path")
 
 
 class OneLineParser(argparse.ArgumentParser):

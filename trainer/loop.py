@@ -251,6 +251,9 @@ def train_loop(trainer: Trainer, signals: StopSignals, log_file):
             if dist.master:
                 dt = (time.time() - window_t) / window_iters
                 print(progress_line(trainer, raw, loss.item(), lr, dt))
+                if trainer.wandb:  # curves between evaluations, as nanoGPT users expect
+                    trainer.wandb.log({"train/loss": loss.item(), "train/lr": lr,
+                                       "train/tokens_per_sec": trainer.tokens_per_iter / dt}, step=trainer.iter_num)
             window_t, window_iters = time.time(), 0
 
 
@@ -263,16 +266,19 @@ def progress_line(trainer, raw, loss, lr, dt):
             f"eta {int(eta // 60)}m{int(eta % 60):02d}s")
 
 
-def start_wandb(trainer, run_name):
+def start_wandb(trainer, run_name, config_files=()):
+    """The run's config: every key, the config file(s) it came from, the model's sizes. Rows: each
+    evaluation's metrics dict, and train/loss, train/lr, train/tokens_per_sec every log_interval."""
     import wandb
     tc, raw = trainer.tc, trainer.raw
     wandb.init(project=tc.wandb_project, group=tc.wandb_group or None, name=run_name, resume="allow",
-               config={**trainer.flat_cfg, "n_kv_head": trainer.gptconf.n_kv_head, "params": raw.n_params,
+               config={**trainer.flat_cfg, "config_files": list(config_files),
+                       "n_kv_head": trainer.gptconf.n_kv_head, "params": raw.n_params,
                        "kv_cache_bytes_per_token": trainer.kv_bytes, "cache_state_bytes": raw.cache_state_elems() * 4})
     return wandb
 
 
-def open_run_files(trainer):
+def open_run_files(trainer, config_files=()):
     """Rank 0: the header line (and notes), wandb, and log.jsonl cut back to a resumed checkpoint."""
     tc, gptconf, dist = trainer.tc, trainer.gptconf, trainer.dist
     if tc.max_iters < tc.lr_decay_iters and tc.decay_lr:
@@ -283,7 +289,7 @@ def open_run_files(trainer):
     print(f"{run_name}: {trainer.raw.n_params / 1e6:.2f}M params, {trainer.tokens_per_iter:,} tokens/iter, "
           f"device {dist.device} {tc.dtype}, attn_impl {impl['used']}"
           + (f" (requested {impl['requested']}: {impl['why']})" if impl["why"] else ""))
-    trainer.wandb = start_wandb(trainer, run_name) if tc.wandb_log else None
+    trainer.wandb = start_wandb(trainer, run_name, config_files) if tc.wandb_log else None
     if tc.init_from == "resume":
         print(f"resumed from iteration {trainer.iter_num} of {tc.out_dir}/ckpt.pt "
               f"(best val {trainer.best_val_loss:.4f})")

@@ -123,6 +123,12 @@ def check_numbers(record, where):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise RunError(f"{where}: {key}={value!r} is not a number; the file was edited or not written by "
                            "train.py: re-run that run")
+        if isinstance(value, float) and not math.isfinite(value):  # train.py writes null for these
+            raise RunError(f"{where}: {key}={value} is not finite (train.py writes null there); the file was edited "
+                           "or not written by train.py: re-run that run")
+        if key.endswith("loss") and value is not None and value < 0:  # a cross-entropy is >= 0
+            raise RunError(f"{where}: {key}={value} is below 0, not a loss; the file was edited or not written by "
+                           "train.py: re-run that run")
 
 
 def read_test_eval(run_dir) -> dict:

@@ -88,6 +88,15 @@ def parse_keys(argv, explicit: set | None = None) -> dict:
     return parse_config(argv, {**TRAIN_KEYS, **MODEL_KEYS}, defaults, explicit)
 
 
+def weight_decay_fix(learning_rate):
+    """The advice when learning_rate * weight_decay >= 1: an example that keeps the bound it states."""
+    bound = 1 / learning_rate
+    if learning_rate > 1:  # no usual weight_decay helps: the rate itself is the mistake (AdamW: ~1e-4 to 1e-2)
+        return (f"learning_rate={learning_rate:g} is far above AdamW's usual 1e-4 to 1e-2: lower it (e.g. 6e-4), "
+                f"or use weight_decay below {bound:g}")
+    return f"use weight_decay below {bound:g} (e.g. 0.1)"  # bound >= 1 here
+
+
 def check_train_values(tc: TrainConfig):
     """Impossible optimizer, schedule and loop values: one ConfigError line each."""
     at_least = {"eval_interval": 1, "log_interval": 1, "eval_iters": 1, "batch_size": 1,
@@ -105,7 +114,7 @@ def check_train_values(tc: TrainConfig):
                           "from learning_rate to min_lr: lower min_lr (e.g. learning_rate / 10)")
     if tc.learning_rate * tc.weight_decay >= 1:  # AdamW multiplies weights by 1 - lr * wd each step
         raise ConfigError(f"learning_rate * weight_decay = {tc.learning_rate * tc.weight_decay:g} >= 1 would zero "
-                          f"or flip the weights every step; use weight_decay below {1 / tc.learning_rate:g} (e.g. 0.1)")
+                          f"or flip the weights every step; {weight_decay_fix(tc.learning_rate)}")
     for key in ("beta1", "beta2"):
         if not 0.0 <= getattr(tc, key) < 1.0:
             raise ConfigError(f"{key}={getattr(tc, key)} must be in [0, 1) (AdamW's moment decay)")
@@ -244,6 +253,10 @@ def check_data(tc: TrainConfig) -> dict:
     if missing:
         raise ConfigError(f"dataset {tc.dataset!r} is missing {', '.join(missing)} in {data}; make it with: "
                           f"{missing_dataset_hint(tc.data_dir, tc.dataset)}")
+    folders = [f for f in ("train.bin", "val.bin", "meta.json") if not os.path.isfile(os.path.join(data, f))]
+    if folders:  # e.g. a folder named train.bin: the reader would fail on it mid-setup
+        raise ConfigError(f"dataset {tc.dataset!r}: {', '.join(folders)} in {data} is not a file (a folder?); "
+                          f"remake the dataset with: {missing_dataset_hint(tc.data_dir, tc.dataset)}")
     meta = read_meta(data)
     if tc.stop_val_acc and meta.get("format") != "examples":
         raise ConfigError(f"stop_val_acc={tc.stop_val_acc} needs a dataset of examples with counted targets (e.g. "

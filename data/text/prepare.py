@@ -7,7 +7,9 @@
 Each file is one document (followed by <|endoftext|> with tiktoken encodings); files are read
 in the order given (a folder's .txt files sorted by path). The last --val_fraction of the text
 (default 0.1) is the validation split. Writes train.bin, val.bin and meta.json; --dtype=uint32
-forces 32-bit ids (automatic when the vocabulary exceeds 65536).
+forces 32-bit ids (automatic when the vocabulary exceeds 65536). The text is tokenized as it is
+(--newlines=keep); it says so when a file has a byte-order mark or CRLF line ends, and
+--newlines=unix reads them as dos2unix would leave them.
 """
 import os
 import runpy
