@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from attention.base import Attention
 from attention.cache import ConvStateCache
+from attention.record import record_linear
 from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
 from kernels.reference import naive_recurrent_delta_rule
 
@@ -107,6 +108,9 @@ class DeltaNet(Attention):
         if self.gated:
             dt = F.softplus(self.a_proj(x).float() + self.dt_bias)                          # (B, T, H)
             g = (-self.A_log.float().exp() * dt).transpose(1, 2)                           # (B, H, T), <= 0
+        # analyze.py's weights: o_t = sum_j (alpha_{j+1} .. alpha_t) (q_t . k_j) u_j / sqrt(D), GLA's form over
+        # the corrected values u_j (kernels/delta_chunked.py), so the same hook serves (a no-op unless recording)
+        record_linear(q, k, None if g is None else g[..., None].expand(B, H, T, D), pos, scale=D ** -0.5)
         state = cache.state if cache is not None and cache.pos > 0 else None
         if cache is not None and T == 1 and state is not None:
             o, state = recurrent_delta_step(q, k, v, beta, g, state)

@@ -209,3 +209,26 @@ def test_train_round_trip_and_sample_same_with_and_without_cache(data_root, tmp_
     assert model.config.attention == attention
     assert all(torch.equal(p, ckpt["model"][n]) for n, p in model.state_dict().items())
     assert_sampling_same_with_and_without_cache(out, capsys)
+
+
+def test_analyze_reads_the_rule_as_weights_on_the_corrected_values():
+    """tools.analyze's weights for a delta layer: o_t = sum_j exp(b_t - b_j) (q_t . k_j) u_j / sqrt(D), with
+    u_j = beta_j (v_j - alpha_j S_{j-1}^T k_j) computed here by the float64 loop; analyze's weights are the
+    magnitudes of those coefficients, normalised per query."""
+    from tools.analyze import linear_attention_weights
+    q, k, v, beta, g, _ = inputs(T=11)
+    B, H, T, D = q.shape
+    S = torch.zeros(B, H, D, v.size(-1), dtype=torch.float64)
+    us = []
+    for t in range(T):
+        S = S * g[:, :, t].double().exp()[..., None, None]
+        u = beta[:, :, t, None].double() * (v[:, :, t].double() - torch.einsum("bhd,bhde->bhe", k[:, :, t].double(), S))
+        S = S + k[:, :, t, :, None].double() * u[..., None, :]
+        us.append(u)
+    b = g.double().cumsum(-1)
+    coef = (q.double() @ k.double().transpose(-1, -2)) * (b[..., :, None] - b[..., None, :]).exp() / D ** 0.5
+    coef = coef.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), 0.0)
+    want, _ = loop64(q, k, v, beta, g, torch.zeros(B, H, D, v.size(-1)))
+    assert torch.allclose(coef @ torch.stack(us, dim=2), want, atol=1e-10)
+    weights, _ = linear_attention_weights(q, k, g[..., None].expand(B, H, T, D), D ** -0.5)
+    assert torch.allclose(weights.double(), coef.abs() / coef.abs().sum(-1, keepdim=True), atol=1e-5)
