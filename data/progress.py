@@ -63,8 +63,14 @@ class PlainProgress:
               flush=True)
         self.printed = True
 
+    def __enter__(self):  # `with progress(...) as bar:` as with tqdm
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def close(self):
-        """A closing line when lines were printed (work that took longer than QUIET_S); idempotent."""
-        if not self.closed and self.printed:
+        """A closing line when the work took QUIET_S or longer (lines printed or not); idempotent."""
+        if not self.closed and (self.printed or self.clock() - self.t0 >= QUIET_S):
             self._line(done=True)
         self.closed = True

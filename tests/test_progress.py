@@ -68,3 +68,14 @@ def test_eval_batches_report_off_a_terminal(monkeypatch, capsys):
     assert [len(b) for b in got] == [10] * 10
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "run L=64: 10% (1/10 batch), 0s, eta 0s" and err[-1].startswith("run L=64: done, 100%")
+
+
+def test_the_plain_lines_close_as_a_context_manager_as_tqdm_does():
+    import io
+
+    from data.progress import PlainProgress
+    ticks = iter([0.0, 10.0, 20.0, 30.0])
+    stream = io.StringIO()
+    with PlainProgress(10, "row", "mqar", stream, clock=lambda: next(ticks)) as bar:
+        bar.update(10)
+    assert stream.getvalue().splitlines()[-1].startswith("mqar: done, 100% (10/10 row)")

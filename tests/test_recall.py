@@ -1,6 +1,6 @@
 """tools.recall: each cell equals the runs' own accuracies (test where evaluated, else best val),
-grouped by config and by the number of pairs their dataset holds; bytes kept equal the cache and
-state formulas written out."""
+grouped by config, width and the row length and pairs their dataset holds; bytes kept equal the
+cache and state formulas written out; steps to solve are the runs' own; chance comes from the files."""
 import json
 import os
 import statistics
@@ -33,28 +33,31 @@ def mqar_run(root, pairs, name, *extra):
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    """mha at 2 pairs (2 seeds) and 3 pairs (1 seed, evaluated on test), gla at 2 pairs (2 seeds)."""
+    """mha at 2 pairs (2 seeds) and 3 pairs (1 seed, evaluated on test), gla at 2 pairs (2 seeds), and a
+    run at 2 pairs that stops at its first evaluation past 1% accuracy."""
     root = tmp_path_factory.mktemp("recall")
     for pairs in (2, 3):
         mqar_data(root, pairs)
     runs = [mqar_run(root, 2, f"mha-s{s}", f"--seed={s}") for s in (1, 2)]
     runs.append(mqar_run(root, 3, "mha-s1"))
     runs += [mqar_run(root, 2, f"gla-s{s}", f"--seed={s}", "--attention=gla", "--gla_chunk=16") for s in (1, 2)]
+    runs.append(mqar_run(root, 2, "stop-s1", "--stop_val_acc=0.01", "--eval_interval=10"))
     length_eval.main([str(runs[2]), "--split=test", "--lengths=16", "--json", str(runs[2] / "test_eval.json"),
                       "--plot", str(root / "e.png")])
     return runs
 
 
 def test_cells_equal_the_runs(study, tmp_path):
-    recall.main([*map(str, study), str(study[0]), "--out", str(tmp_path)])   # a folder given twice counts once
+    recall.main([*map(str, study[:5]), str(study[0]), "--out", str(tmp_path)])   # a folder given twice counts once
     groups = {(g["config"], g["pairs"]): g for g in json.loads((tmp_path / "recall.json").read_text())}
-    assert set(groups) == {("mha", 2), ("mha", 3), ("gla", 2)}
+    assert set(groups) == {("mha", 2), ("mha", 3), ("gla", 2), ("chance", 2), ("chance", 3)}
+    assert {g["width"] for g in groups.values()} == {16, None} and {g["row_len"] for g in groups.values()} == {16}
     summary = [json.loads((d / "summary.json").read_text()) for d in study]
     two = groups[("mha", 2)]
     accs = [summary[0]["best_val_acc"], summary[1]["best_val_acc"]]
     assert two["n"] == 2 and two["metric"] == ["best_val_acc"]
     assert two["acc"] == pytest.approx(statistics.fmean(accs))
-    assert (two["acc_min"], two["acc_max"]) == (min(accs), max(accs))
+    assert two["acc_interval"] == [min(accs), max(accs)]   # below 3 seeds: min-max
     three = groups[("mha", 3)]   # the test evaluation is preferred over the val accuracy
     test_acc = json.loads((study[2] / "test_eval.json").read_text())[0]["test_acc"]
     assert three["metric"] == ["test_acc"] and three["acc"] == pytest.approx(test_acc)
@@ -84,7 +87,7 @@ def test_solved_counts_the_seeds_at_the_threshold(study, tmp_path):
     cases = [(accs[0], 2), ((accs[0] + accs[1]) / 2, 1)] + ([(accs[1] + 1e-6, 0)] if accs[1] < 1 - 1e-6 else [])
     for threshold, want in cases:
         recall.main([*map(str, study[:2]), "--out", str(tmp_path), f"--solved={threshold!r}"])
-        group, = json.loads((tmp_path / "recall.json").read_text())
+        group, = [g for g in json.loads((tmp_path / "recall.json").read_text()) if g["config"] != "chance"]
         assert group["solved"] == want
         assert f"solved {want}/2" in (tmp_path / "recall.md").read_text()
     proc = subprocess.run([sys.executable, "-m", "tools.recall", str(study[0]), "--solved=95"], cwd=ROOT,
@@ -100,3 +103,15 @@ def test_refuses_a_text_run(tmp_path, data_root):
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "not trained on an MQAR dataset" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_chance_comes_from_the_files_and_steps_from_the_runs(study, tmp_path):
+    """Zoology's layout draws a row's values distinct: guessing among them scores 1/P, here 1/2 and 1/3
+    (what the files hold, counted by tools.recall); the stopping run's steps are its target_reached_iter."""
+    recall.main([*map(str, study), "--out", str(tmp_path)])
+    groups = {(g["config"], g["pairs"]): g for g in json.loads((tmp_path / "recall.json").read_text())}
+    assert groups[("chance", 2)]["acc"] == pytest.approx(1 / 2) and groups[("chance", 3)]["acc"] == pytest.approx(1 / 3)
+    stop = json.loads((study[5] / "summary.json").read_text())
+    assert stop["target_reached_iter"] is not None
+    assert groups[("stop", 2)]["steps"] == stop["target_reached_iter"] and groups[("mha", 2)]["steps"] is None
+    assert "| chance (from the files) |" in (tmp_path / "recall.md").read_text()

@@ -1,23 +1,33 @@
-"""The recall study's table and figure: MQAR accuracy against the number of pairs and the bytes kept.
+"""The recall study's table and figure: MQAR accuracy per cell against the bytes each variant keeps.
 
-    python -m tools.recall sweeps/recall/p*/*-s? --out sweeps/recall
+    python -m tools.recall sweeps/recall/*/*-s? --out sweeps/recall
 
 Zoology's question (Arora et al. 2023): attention keeps every key and should recall at any number
 of pairs; a fixed state must grow with them. Runs are train.py out_dirs on MQAR datasets
 (data/mqar/prepare.py), grouped by config name (the -s<seed> suffix dropped, as tools.compare
-does) and by their dataset's number of pairs (the meta.json record in best.pt). Per group:
-  accuracy  test accuracy of best.pt (selected on val; the sweep's test_eval.json), mean and
-            min-max over seeds; the best val accuracy where a run has no test evaluation
-  Δ         accuracy minus the first config's at the same number of pairs, paired over the seeds
+does), model width (n_embd) and cell: the row length and number of pairs of the run's dataset
+(the meta.json record in its checkpoint). Per group:
+  accuracy  test accuracy of best.pt (selected on val; the sweep's test_eval.json), mean and 95% t
+            interval over seeds (min-max below 3 seeds); the best val accuracy where a run has no
+            test evaluation
+  solved    the seeds whose accuracy reaches --solved (0.95): a run either forms the recall circuit
+            or plateaus, so the mean of a few seeds hides a count worth reading
+  steps     steps to solve: the median over seeds of the first evaluation at stop_val_acc
+            (summary.json target_reached_iter; "-" when no seed reached it)
+  Δ         accuracy minus the first config's in the same cell and width, paired over the seeds
             both have: mean and 95% t interval (tools.stats; at least 2 shared seeds)
-  solved    the seeds whose accuracy reaches --solved (0.95): at a short budget a run either forms
-            the recall circuit or plateaus, so the mean of a few seeds hides a count worth reading
   bytes     what the variant keeps per sequence after one row: its cache in bf16
             (GPT.cache_elems_per_seq at the row length) plus its constant state in fp32
-recall.md (configs x pairs), recall.json (one object per group) and recall.png (accuracy against
-pairs; accuracy against bytes kept, one marker per pair count) go to --out.
+A chance row per cell: guessing uniformly among the row's values, computed from the dataset's files
+(1/P in Zoology's layout, where no answer is ever in the input). recall.md (one table per width),
+recall.json (one object per group) and recall.png (accuracy against bytes kept, one panel per cell,
+one curve per config across widths: Zoology's figure) go to --out.
 """
+import os
+import statistics
 import sys
+
+import numpy as np
 
 from tools import compare, stats
 from tools.scorecard import check_out, write_outputs
@@ -29,7 +39,7 @@ SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)
 
 
 def run_row(run_dir):
-    """(config, pairs, seed, accuracy, which accuracy, bytes kept per sequence, params) of one MQAR run."""
+    """One MQAR run: {config, width, cell (row length, pairs), seed, acc, metric, steps, bytes, params, data}."""
     run = Run(run_dir)
     summary = run.results
     mqar = run.meta.get("mqar")
@@ -39,86 +49,135 @@ def run_row(run_dir):
     key = "test_acc" if summary.get("test_acc") is not None else "best_val_acc"
     model, _ = run.load_model("cpu")
     row_len = model.config.block_size
-    kept = model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4
-    return (compare.config_name(run.name), mqar["num_pairs"], summary.get("seed"), summary.get(key), key, kept,
-            model.num_params())
+    settings = summary.get("settings") or {}
+    return {"config": compare.config_name(run.name), "width": model.config.n_embd,
+            "cell": (row_len, mqar["num_pairs"]), "seed": summary.get("seed"), "acc": summary.get(key),
+            "metric": key, "steps": summary.get("target_reached_iter"),
+            "bytes": model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4,
+            "params": model.num_params(),
+            "data": os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "")}
+
+
+def chance_from_files(folder, row_len):
+    """Mean over the counted queries of the test (else val) split of 1 / (distinct values of the query's
+    row): guessing among the row's values. None when the files are not there."""
+    for split in ("test", "val"):
+        x_path, y_path = (os.path.join(folder, f"{split}{s}") for s in (".bin", ".targets.bin"))
+        if os.path.exists(x_path) and os.path.exists(y_path):
+            y = np.fromfile(y_path, dtype=np.int32).reshape(-1, row_len)
+            counted = y != -1
+            distinct = np.array([len(set(row[c].tolist())) for row, c in zip(y, counted)])
+            return float((counted.sum(1) / distinct).sum() / counted.sum())
+    return None
+
+
+def interval(values):
+    """(lo, hi): the 95% t interval of the mean from 3 seeds on, else min-max; None without values."""
+    if len(values) >= 3:
+        return tuple(stats.paired(values, 0.0)["ci95"])
+    return (min(values), max(values)) if values else None
 
 
 def group_rows(rows, solved=SOLVED):
-    """[{config, pairs, n, acc, acc_min, acc_max, solved, delta, delta_ci95, metric, bytes_per_seq,
-    params}] in order of appearance; delta is paired against the first config at the same pairs;
-    solved counts the seeds at accuracy >= solved."""
+    """[{config, width, row_len, pairs, n, acc, acc_interval, solved, steps, delta, delta_ci95, metric,
+    bytes_per_seq, params}] in order of appearance; delta is paired against the first config in the
+    same cell and width."""
     groups = {}
-    for config, pairs, seed, acc, key, kept, params in rows:
-        groups.setdefault((config, pairs), []).append((seed, acc, key, kept, params))
-    reference = rows[0][0]
+    for r in rows:
+        groups.setdefault((r["config"], r["width"], r["cell"]), []).append(r)
+    reference = rows[0]["config"]
     out = []
-    for (config, pairs), runs in groups.items():
-        accs = {seed: a for seed, a, _, _, _ in runs if a is not None}
-        ref = {seed: a for seed, a, _, _, _ in groups.get((reference, pairs), []) if a is not None}
+    for (config, width, cell_key), runs in groups.items():
+        accs = {r["seed"]: r["acc"] for r in runs if r["acc"] is not None}
+        ref = {r["seed"]: r["acc"] for r in groups.get((reference, width, cell_key), []) if r["acc"] is not None}
         paired = None if config == reference else stats.paired([accs[s] - ref[s] for s in accs if s in ref], 0.01)
+        steps = [r["steps"] for r in runs if r["steps"] is not None]
         values = list(accs.values())
-        out.append({"config": config, "pairs": pairs, "n": len(values),
-                    "acc": compare.mean_std(values)[0],
-                    "acc_min": min(values, default=None), "acc_max": max(values, default=None),
+        out.append({"config": config, "width": width, "row_len": cell_key[0], "pairs": cell_key[1],
+                    "n": len(values), "acc": compare.mean_std(values)[0], "acc_interval": interval(values),
                     "solved": sum(a >= solved for a in values),
+                    "steps": statistics.median(steps) if steps else None,
                     "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
-                    "metric": sorted({k for _, _, k, _, _ in runs}), "bytes_per_seq": runs[0][3],
-                    "params": runs[0][4]})
+                    "metric": sorted({r["metric"] for r in runs}), "bytes_per_seq": runs[0]["bytes"],
+                    "params": runs[0]["params"]})
     return out
 
 
+def chance_rows(rows):
+    """One "chance" group per cell, from the first run's dataset files."""
+    out = {}
+    for r in rows:
+        if r["cell"] not in out:
+            out[r["cell"]] = {"config": "chance", "width": None, "row_len": r["cell"][0], "pairs": r["cell"][1],
+                              "acc": chance_from_files(r["data"], r["cell"][0])}
+    return [g for g in out.values() if g["acc"] is not None]
+
+
 def cell(g):
-    """One config at one pair count: mean [min, max] (n), solved k/n, and Δ [95% CI] to the reference."""
+    """One config in one cell: mean [interval] (n), solved k/n, median steps, and Δ [95% CI]."""
     if g is None or g["acc"] is None:
         return "-"
-    text = f"{g['acc']:.3f}" + (f" [{g['acc_min']:.3f}, {g['acc_max']:.3f}]" if g["n"] > 1 else "")
+    if g["config"] == "chance":
+        return f"{g['acc']:.3f}"
+    lo_hi = g["acc_interval"]
+    text = f"{g['acc']:.3f}" + (f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if g["n"] > 1 else "")
     text += f" (n={g['n']}); solved {g['solved']}/{g['n']}"
+    if g["steps"] is not None:
+        text += f" at {g['steps']:,.0f} steps"
     if g["delta"] is not None:
         text += f"; Δ {g['delta']:+.3f} [{g['delta_ci95'][0]:+.3f}, {g['delta_ci95'][1]:+.3f}]"
     return text
 
 
-def markdown(groups, solved=SOLVED):
-    configs = list(dict.fromkeys(g["config"] for g in groups))
-    pairs = sorted({g["pairs"] for g in groups})
-    cells = {(g["config"], g["pairs"]): g for g in groups}
-    lines = ["| config | params | bytes kept / sequence | " + " | ".join(f"{p} pairs" for p in pairs) + " |",
-             "|" + "---|" * (3 + len(pairs))]
-    for c in configs:
-        first = next(g for g in groups if g["config"] == c)
-        lines.append(f"| {c} | {first['params']:,} | {first['bytes_per_seq']:,} | "
-                     + " | ".join(cell(cells.get((c, p))) for p in pairs) + " |")
+def markdown(groups, chance, solved=SOLVED):
+    cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
+    lines = []
+    for width in sorted({g["width"] for g in groups}):
+        mine = {(g["config"], g["row_len"], g["pairs"]): g for g in groups if g["width"] == width}
+        configs = list(dict.fromkeys(g["config"] for g in groups if g["width"] == width))
+        lines += [f"Width {width}:", "",
+                  "| config | params | bytes kept / sequence | " + " | ".join(f"{t} tokens, {p} pairs"
+                                                                        for t, p in cells) + " |",
+                  "|" + "---|" * (3 + len(cells))]
+        for c in configs:
+            first = next(g for g in mine.values() if g["config"] == c)
+            lines.append(f"| {c} | {first['params']:,} | {first['bytes_per_seq']:,} | "
+                         + " | ".join(cell(mine.get((c, t, p))) for t, p in cells) + " |")
+        by_cell = {(g["row_len"], g["pairs"]): g for g in chance}
+        lines += ["| chance (from the files) | - | 0 | " + " | ".join(cell(by_cell.get(k)) for k in cells) + " |", ""]
     metrics = sorted({m for g in groups for m in g["metric"]})
-    lines += ["", f"Accuracy: {', '.join(metrics)} of best.pt (mean [min, max] over seeds); solved: seeds at "
-              f"accuracy >= {solved:g}; Δ: minus {groups[0]['config']}'s, paired over shared seeds (95% t interval). "
-              "Bytes: cache (bf16) after one row plus constant state (fp32), from the model's formulas."]
+    lines += [f"Accuracy: {', '.join(metrics)} of best.pt, mean [95% t interval from 3 seeds, min-max below] "
+              f"(n seeds); solved: seeds at accuracy >= {solved:g}, with the median steps to reach stop_val_acc; "
+              f"Δ: minus {groups[0]['config']}'s in the same cell and width, paired over shared seeds (95% t "
+              "interval). Bytes: cache (bf16) after one row plus constant state (fp32), from the model's formulas. "
+              "Chance: guessing among the row's values, from the dataset's files."]
     return "\n".join(lines) + "\n"
 
 
 def plot(groups, path):
+    """Zoology's figure: one panel per cell, accuracy against bytes kept, a curve per config across widths."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for c in dict.fromkeys(g["config"] for g in groups):
-        mine = sorted((g for g in groups if g["config"] == c and g["acc"] is not None), key=lambda g: g["pairs"])
-        line, = left.plot([g["pairs"] for g in mine], [g["acc"] for g in mine], "o-", label=c)
-        right.scatter([g["bytes_per_seq"] for g in mine], [g["acc"] for g in mine], color=line.get_color(),
-                      s=[12 + 6 * g["pairs"] for g in mine], label=c)
-    left.set(xscale="log", xlabel="key-value pairs per row", ylabel="MQAR accuracy (mean over seeds)",
-             title="recall against pairs")
-    pairs = sorted({g["pairs"] for g in groups})
-    left.set_xticks(pairs, [str(p) for p in pairs])   # the pair counts themselves, not 2 x 10^0
-    left.minorticks_off()
-    right.set(xscale="log", xlabel="bytes kept per sequence (cache bf16 + state fp32)",
-              title="recall against memory (marker size: pairs)")
-    for ax in (left, right):
+    cells = sorted({(g["row_len"], g["pairs"]) for g in groups if g["config"] != "chance"})
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 4.0), squeeze=False, sharey=True)
+    colors = {c: f"C{i % 10}" for i, c in enumerate(dict.fromkeys(g["config"] for g in groups))}
+    for ax, (t, p) in zip(axes[0], cells):
+        here = [g for g in groups if (g["row_len"], g["pairs"]) == (t, p) and g["acc"] is not None]
+        for c in dict.fromkeys(g["config"] for g in here if g["config"] != "chance"):
+            mine = sorted((g for g in here if g["config"] == c), key=lambda g: g["bytes_per_seq"])
+            ax.plot([g["bytes_per_seq"] for g in mine], [g["acc"] for g in mine], marker="o", color=colors[c], label=c,
+                    linestyle="--" if c.startswith(("linear", "retnet", "gla", "delta", "gated")) else "-")
+        for g in here:
+            if g["config"] == "chance":
+                ax.axhline(g["acc"], color="k", lw=0.8, ls=":", label="chance")
+        ax.set(xscale="log", title=f"{t} tokens, {p} pairs", xlabel="bytes kept per sequence (cache bf16 + state fp32)")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    left.legend(fontsize=8)
+    axes[0][0].set_ylabel("MQAR accuracy (mean over seeds)")
+    axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -132,10 +191,11 @@ def main(argv=None):
         fail(f"--solved={args.solved:g} is an accuracy: give a number in (0, 1], e.g. --solved=0.95")
     check_out(args.out)
     try:
-        groups = group_rows([run_row(d) for d in dict.fromkeys(args.runs)], args.solved)  # a folder twice: once
+        rows = [run_row(d) for d in dict.fromkeys(args.runs)]  # a folder given twice counts once
     except (RunError, CheckpointError) as e:
         fail(str(e))
-    write_outputs(args.out, "recall", markdown(groups, args.solved), groups, plot)
+    groups, chance = group_rows(rows, args.solved), chance_rows(rows)
+    write_outputs(args.out, "recall", markdown(groups, chance, args.solved), groups + chance, plot)
 
 
 if __name__ == "__main__":
