@@ -212,3 +212,24 @@ def test_sweep_flags_and_train_overrides_are_split_in_order():
     for reserved in ("--seed=1", "--out_dir=x", "--init_from=resume"):
         with pytest.raises(ConfigError, match="the sweep sets"):
             sweep.parse_flags(["config/mha.py", reserved])
+
+
+def test_lr_from_trains_each_config_at_the_rate_an_earlier_plan_chose(data_root, tmp_path, capsys):
+    """--lr_from=PLAN: mha and gqa at the rates written in the plan here (min_lr keeps its tenth), and a plan
+    without a config's rate refused in one line before any training."""
+    from tools import sweep
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"configs": {"mha": {"learning_rate": 2e-3}, "gqa": {"learning_rate": 5e-3}}}))
+    args = sweep_cmd(data_root, tmp_path / "sw", seeds="1", max_iters=2)[3:]
+    sweep.main([*args, f"--lr_from={plan}", "--min_lr=1e-3"])
+    for name, lr in (("mha", 2e-3), ("gqa", 5e-3)):
+        summary = json.loads((tmp_path / "sw" / f"{name}-s1" / "summary.json").read_text())
+        assert summary["learning_rate"] == pytest.approx(lr) and summary["settings"]["min_lr"] == pytest.approx(lr / 10)
+    plan.write_text(json.dumps({"configs": {"mha": {"learning_rate": 2e-3}}}))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        sweep.main([*sweep_cmd(data_root, tmp_path / "sw2", seeds="1", max_iters=2)[3:], f"--lr_from={plan}"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "holds no learning rate chosen for gqa" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not list((tmp_path / "sw2").glob("*-s1"))

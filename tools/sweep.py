@@ -21,6 +21,8 @@ A fair comparison (the first config is the reference; tools/budget.py does the a
                       its budget (OUT/lr/), the rate of the lowest best validation loss chosen
                       (on datasets of examples: the soonest to reach stop_val_acc, else the best
                       val accuracy), then the seeds run at it (min_lr keeps its ratio to learning_rate)
+  --lr_from=PLAN      each config at the learning rate an earlier sweep's --lr_grid chose for it (that
+                      sweep's OUT/plan.json): tune once at one cell of a study, then keep the rates
 OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused.
 --jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
 throughput probe of --match=time always runs alone.
@@ -77,12 +79,14 @@ def flag_parser():
     ap = OneLineParser(prog="python -m tools.sweep", description=__doc__, allow_abbrev=False,
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        usage="python -m tools.sweep CONFIG... --out=DIR [--seeds=1,2,3] [--match=params,flops|time] "
-                             "[--lr_grid=a,b,...] [--lr_fraction=F] [--probe_iters=N] [--jobs=J] [--key=value ...]")
+                             "[--lr_grid=a,b,...|--lr_from=PLAN] [--lr_fraction=F] [--probe_iters=N] [--jobs=J] "
+                             "[--key=value ...]")
     ap.add_argument("configs", nargs="*", metavar="CONFIG", help="train.py config files; the first is the reference")
     ap.add_argument("--out", help="folder of the run folders, plan.json and the report (required)")
     ap.add_argument("--seeds", help="comma-separated seeds (default 1,2,3,4,5)")
     ap.add_argument("--match", help="params, flops, time, or params with one of the other two (comma-separated)")
     ap.add_argument("--lr_grid", help="comma-separated learning rates to tune each config over")
+    ap.add_argument("--lr_from", help="an earlier sweep's plan.json: each config at the rate it chose there")
     ap.add_argument("--lr_fraction", help="share of the budget each grid run gets (default 0.25)")
     ap.add_argument("--probe_iters", help="iterations of the --match=time throughput probe (default 30)")
     ap.add_argument("--jobs", help="runs trained at the same time (default 1)")
@@ -122,6 +126,8 @@ def parse_options(flags):
     lr_grid = parse_numbers("lr_grid", flags["lr_grid"], float) if "lr_grid" in flags else None
     if lr_grid and not all(0 < lr < float("inf") for lr in lr_grid):
         raise ConfigError(f"--lr_grid={flags['lr_grid']}: every rate must be a finite number > 0")
+    if lr_grid and flags.get("lr_from"):
+        raise ConfigError("--lr_grid and --lr_from both choose the learning rates; give one of them")
     fraction = parse_numbers("lr_fraction", flags.get("lr_fraction", "0.25"), float)[0]
     if not 0 < fraction <= 1:
         raise ConfigError(f"--lr_fraction={fraction} must be in (0, 1]: the share of the budget each grid run gets")
@@ -132,7 +138,7 @@ def parse_options(flags):
     if jobs < 1:
         raise ConfigError(f"--jobs={jobs} must be at least 1 (runs trained at the same time)")
     return {"seeds": seeds, "out": flags["out"], "match": match, "lr_grid": lr_grid, "lr_fraction": fraction,
-            "probe_iters": probe, "jobs": jobs}
+            "probe_iters": probe, "jobs": jobs, "lr_from": flags.get("lr_from")}
 
 
 def parse_args(argv):
@@ -328,9 +334,10 @@ def reap(runner, active, remaining, failed, clock):
 # ---- the plan: matched budgets and learning rates, recorded in OUT/plan.json ----
 def plan_inputs(configs, opts, overrides):
     """What decides the plan (seeds are not in it: adding seeds to a sweep is fine)."""
-    return {"configs": configs, "overrides": overrides, "match": list(opts["match"]), "lr_grid": opts["lr_grid"],
-            "lr_fraction": opts["lr_fraction"] if opts["lr_grid"] else None,
-            "probe_iters": opts["probe_iters"] if "time" in opts["match"] else None}
+    inputs = {"configs": configs, "overrides": overrides, "match": list(opts["match"]), "lr_grid": opts["lr_grid"],
+              "lr_fraction": opts["lr_fraction"] if opts["lr_grid"] else None,
+              "probe_iters": opts["probe_iters"] if "time" in opts["match"] else None}
+    return {**inputs, "lr_from": opts["lr_from"]} if opts["lr_from"] else inputs  # older plans have no such key
 
 
 def load_plan(out, inputs):
@@ -448,6 +455,24 @@ def tune_learning_rates(runner, configs, overrides, plan, opts):
         print(f"{stem(config)}: learning_rate {best:g} chosen on val{edge}", flush=True)
 
 
+def rates_from_plan(configs, overrides, plan, path):
+    """--lr_from: each config's learning_rate from an earlier sweep's plan.json (its --lr_grid choice)."""
+    try:
+        with open(path) as f:
+            chosen = {name: entry.get("learning_rate") for name, entry in json.load(f)["configs"].items()}
+    except (OSError, ValueError, KeyError, AttributeError) as e:
+        raise ConfigError(f"--lr_from={path}: not a sweep's plan.json ({type(e).__name__}: {e})") from None
+    for config in configs:
+        lr = chosen.get(stem(config))
+        if not isinstance(lr, (int, float)) or not 0 < lr < float("inf"):
+            raise ConfigError(f"--lr_from={path} holds no learning rate chosen for {stem(config)}; tune it there "
+                              "with --lr_grid first, or drop --lr_from")
+        entry = plan["configs"][stem(config)]
+        entry.update(learning_rate=lr, lr_from=path)
+        entry["overrides"] += budget.lr_overrides(parse_keys([config, *overrides, *entry["overrides"]]), lr)
+        print(f"{stem(config)}: learning_rate {lr:g} from {path}", flush=True)
+
+
 def make_plan(runner, configs, opts, overrides):
     """OUT/plan.json: every stage done once and saved, so a killed sweep picks up where it was."""
     out = opts["out"]
@@ -461,6 +486,9 @@ def make_plan(runner, configs, opts, overrides):
         plan["matched"] = True
     if opts["lr_grid"] and not plan.get("tuned"):
         tune_learning_rates(runner, configs, overrides, plan, opts)
+        plan["tuned"] = True
+    if opts["lr_from"] and not plan.get("tuned"):
+        rates_from_plan(configs, overrides, plan, opts["lr_from"])
         plan["tuned"] = True
     save_plan(out, plan)
     return plan
@@ -492,7 +520,10 @@ def main(argv=None):
     except ConfigError as e:
         fail(str(e))
     runner = Runner()
-    plan = make_plan(runner, configs, opts, overrides)
+    try:
+        plan = make_plan(runner, configs, opts, overrides)
+    except ConfigError as e:  # e.g. --lr_from naming a plan without this config's rate
+        fail(str(e))
     out = opts["out"]
     # seed-major order: a sweep cut short still has every config at the first seeds
     runs = [(c, s, os.path.join(out, f"{stem(c)}-s{s}"), [*overrides, *plan["configs"][stem(c)]["overrides"]])
