@@ -15,10 +15,16 @@ Shared: attention/base.py (the interface, the QKV projection, `attend`), attenti
 attention/positional.py, attention/record.py (analyze.py's hook); kernels/reference.py holds the
 references the kernels are tested against.
 
-Entries are "module:Class" strings imported on first use, so a variant's module is loaded only
-when a config asks for it. To add a variant: write a subclass of attention.base.Attention (its
-hooks are listed there) and add one line here and one row above.
+Each variant declares the config keys it reads (beyond the shared ones) in its own class, as
+`owned_keys`; `key_owners` collects them, and GPTConfig.validate refuses a key set away from its
+default when no variant of the plan owns it (it would be silently ignored).
+
+Entries are "module:Class" strings imported on first use (validation reads every variant's
+owned_keys, so a validated config has imported them all; a variant's Triton kernel is still
+imported only when it runs). To add a variant: write a subclass of attention.base.Attention (its
+hooks are listed there, owned_keys among them) and add one line here and one row above.
 """
+import functools
 import importlib
 
 from attention.dispatch import ATTN_IMPLS, check_impl_runs_on  # noqa: F401  (the public place for both)
@@ -34,15 +40,22 @@ VARIANTS = {
     "moba": "attention.moba:MixtureOfBlockAttention",
 }
 
-# Keys one variant alone reads that change its shapes: GPTConfig.validate refuses them, set away
-# from their defaults, under any other attention (they would be silently ignored there).
-EXCLUSIVE_KEYS = {"qk_nope_head_dim": "mla", "v_head_dim": "mla", "gla_output_gate": "gla", "gla_norm": "gla",
-                  "sliding_window": "swa", "moba_topk": "moba"}
-
 
 def variant_class(name: str):
     module, cls = VARIANTS[name].split(":")
     return getattr(importlib.import_module(module), cls)
+
+
+@functools.cache
+def key_owners() -> dict:
+    """{key: (the attention= names whose class declares it in owned_keys)}, over every variant
+    (so this imports them all). GPTConfig.validate refuses such a key, set away from its default,
+    under a plan none of whose variants owns it."""
+    owners = {}
+    for name in VARIANTS:
+        for key in variant_class(name).owned_keys:
+            owners[key] = owners.get(key, ()) + (name,)
+    return owners
 
 
 def build_attention(config, layer_idx: int):

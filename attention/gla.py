@@ -56,6 +56,7 @@ GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/
 
 
 class GatedLinearAttention(Attention):
+    owned_keys = ("gla_gate", "gla_feature_map", "gla_chunk", "gla_output_gate", "gla_norm")
     decodes_any_length = True  # a constant state
     FEATURE_MAPS = ("identity", "elu", "relu", "softmax")
     GATES = ("data", "fixed", "none")
