@@ -9,12 +9,13 @@ one-token decoding with per-layer caches.
 """
 import math
 from dataclasses import asdict, dataclass, fields, replace
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention import VARIANTS, build_attention, key_owners, variant_class
+from attention import VARIANTS, build_attention, key_owners, member_named_by_gla_knobs, variant_class
 from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
 from attention.positional import RoPE, sinusoidal_encoding
 
@@ -176,12 +177,17 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d):
-        """A saved config (checkpoint, summary): unknown keys dropped, and a variant's key that no
-        variant of its plan reads reset to its default (such a key was ignored when the model was
-        built, before check_owned_keys refused it), so every checkpoint loads."""
+        """A saved config (checkpoint, summary): unknown keys dropped; attention=gla whose knobs spell a
+        named linear-family member renamed to it (same layer, same weights, config/linear.py before the
+        names); and a variant's key that no variant of its plan reads reset to its default (such a key
+        was ignored when the model was built, before check_owned_keys refused it): every checkpoint loads."""
         defaults = {f.name: f.default for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in defaults}
         attention = [a.strip() for a in str(d.get("attention", cls.attention)).split(",")]
+        member = "gla" in attention and member_named_by_gla_knobs(SimpleNamespace(**{**defaults, **d}))
+        if member:  # attention=gla with a named member's knobs (saved before the names): that name
+            d["attention"] = ",".join(member if a == "gla" else a for a in attention)
+            attention = d["attention"].split(",")
         ignored = {k for k, owners in key_owners().items() if not set(owners) & set(attention)}
         return cls(**{k: v for k, v in d.items() if k not in ignored})
 

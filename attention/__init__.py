@@ -7,13 +7,20 @@ Where each variant lives (a file is named after the attention= value it serves):
     mla             attention/mla.py   MultiHeadLatentAttention  kernels/flash_attn.py  attention/base.py attend
     bigbird         attention/bigbird.py BlockSparseAttention    kernels/flash_attn.py  attention/bigbird.py
     gla             attention/gla.py   GatedLinearAttention      kernels/gla.py         kernels/gla_chunked.py
+    linear          attention/linear.py LinearAttention          kernels/gla.py         kernels/gla_chunked.py
+    retnet          attention/retnet.py MultiScaleRetention      kernels/gla.py         kernels/gla_chunked.py
+    efficient       attention/efficient.py EfficientAttention    kernels/gla.py         kernels/gla_chunked.py
     swa             attention/swa.py   SlidingWindowAttention    kernels/flash_attn.py  attention/swa.py, base.py attend
     moba            attention/moba.py  MixtureOfBlockAttention   (none: PyTorch)        attention/moba.py
 
 Shared: attention/base.py (the interface, the QKV projection, `attend`), attention/dispatch.py
 (which implementation runs: `choose_impl`, `check_impl_runs_on`), attention/cache.py,
 attention/positional.py, attention/record.py (analyze.py's hook); kernels/reference.py holds the
-references the kernels are tested against.
+references the kernels are tested against. The linear family (gla, linear, retnet, efficient) shares
+attention/linear_family.py: one layer over the recurrence, each member a recipe of four parts (decay,
+feature map, normaliser, output gate) in its own short file; gla takes its parts from its keys
+(gla_gate, ...), so it also spells every member and ablation (a saved gla config that spells a
+member loads under the member's name: GPTConfig.from_dict).
 
 Each variant declares the config keys it reads (beyond the shared ones) in its own class, as
 `owned_keys`; `key_owners` collects them, and GPTConfig.validate refuses a key set away from its
@@ -36,6 +43,9 @@ VARIANTS = {
     "mla": "attention.mla:MultiHeadLatentAttention",
     "bigbird": "attention.bigbird:BlockSparseAttention",
     "gla": "attention.gla:GatedLinearAttention",
+    "linear": "attention.linear:LinearAttention",
+    "retnet": "attention.retnet:MultiScaleRetention",
+    "efficient": "attention.efficient:EfficientAttention",
     "swa": "attention.swa:SlidingWindowAttention",
     "moba": "attention.moba:MixtureOfBlockAttention",
 }
@@ -56,6 +66,15 @@ def key_owners() -> dict:
         for key in variant_class(name).owned_keys:
             owners[key] = owners.get(key, ()) + (name,)
     return owners
+
+
+def member_named_by_gla_knobs(config) -> str | None:
+    """The named linear-family member whose recipe attention=gla's knobs spell (config.gla_gate, ...),
+    or None: how a config saved before the members had names (config/linear.py once set attention=gla
+    with knobs) finds the name that builds the same layer with the same weights."""
+    recipe = variant_class("gla").recipe_of(config)
+    return next((name for name in VARIANTS if name != "gla" and getattr(variant_class(name), "recipe", None) == recipe),
+                None)
 
 
 def build_attention(config, layer_idx: int):

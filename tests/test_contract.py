@@ -11,11 +11,17 @@ from model import GPT, GPTConfig
 
 VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
                   "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8),
+                  "linear": dict(gla_chunk=8), "retnet": dict(gla_chunk=8), "efficient": dict(gla_chunk=8),
                   "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2)}
 
 
 CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS
          if accepts(attention=a, pos_encoding=p, **VARIANT_KWARGS[a])]
+
+
+def a_position(attention):
+    """rope, else the first position encoding the variant takes (linear and efficient refuse rope)."""
+    return next(p for p in POS_ENCODINGS if accepts(attention=attention, pos_encoding=p, **VARIANT_KWARGS[attention]))
 
 
 def make_model(attention, pos_encoding):
@@ -38,7 +44,8 @@ def test_cached_decoding_equals_full_forward(attention, pos_encoding):
     assert all(c.pos == 30 for c in caches)
 
 
-GATED_CASES = [(a, p) for a, p in CASES if a != "gla"]  # gla has its own gate (gla_output_gate)
+LINEAR_FAMILY = ("gla", "linear", "retnet", "efficient")   # a state, not a K/V cache; their own output gate
+GATED_CASES = [(a, p) for a, p in CASES if a not in LINEAR_FAMILY]
 
 
 @pytest.mark.parametrize("attention,pos_encoding", GATED_CASES)
@@ -58,7 +65,7 @@ def test_measured_cache_growth_equals_formula(attention):
     """Bytes of the allocated caches for n tokens = per-token formula x min(n, the most tokens the
     cache keeps) + the constant state: a cache that grows grows by the formula, a window's ring
     stops at its window (swa: 8 tokens here), a recurrent state does not grow."""
-    model = make_model(attention, "rope")
+    model = make_model(attention, a_position(attention))
     cap = {"swa": 8}.get(attention)  # written here, not read from the model: the test must be able to fail
     per_token = model.cache_elems_per_token() * 2                      # bf16
     state = model.cache_state_elems() * 4                              # fp32 states (GLA), else 0
@@ -66,5 +73,5 @@ def test_measured_cache_growth_equals_formula(attention):
         measured = sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16))
         assert measured == per_token * min(n, cap or n) + state
         assert model.cache_elems_per_seq(n) * 2 + state == measured
-    if attention != "gla":
+    if attention not in LINEAR_FAMILY:
         assert per_token > 0
