@@ -9,12 +9,13 @@ one-token decoding with per-layer caches.
 """
 import math
 from dataclasses import asdict, dataclass, fields, replace
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention import EXCLUSIVE_KEYS, VARIANTS, build_attention, variant_class
+from attention import VARIANTS, build_attention, key_owners, member_named_by_gla_knobs, variant_class
 from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
 from attention.positional import RoPE, sinusoidal_encoding
 
@@ -130,9 +131,7 @@ class GPTConfig:
             raise ValueError(f"unknown attn_output_gate={self.attn_output_gate!r}; choose none or sigmoid")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps={self.layer_norm_eps} must be > 0")
-        for key, owner in EXCLUSIVE_KEYS.items():  # another variant's shape keys would be silently ignored
-            if owner not in plan and getattr(self, key) != getattr(GPTConfig, key):
-                raise ValueError(f"{key} is an attention={owner} key; leave it unset with attention={self.attention}")
+        self.check_owned_keys(plan)
         if "," in self.attention:
             self.validate_plan()
             return
@@ -153,11 +152,22 @@ class GPTConfig:
                              "name one variant per layer")
         self._layer_configs = {}
         for name in dict.fromkeys(plan):
-            others = {k: getattr(GPTConfig, k) for k, owner in EXCLUSIVE_KEYS.items() if owner != name}
+            others = {k: getattr(GPTConfig, k) for k, owners in key_owners().items() if name not in owners}
             try:
                 self._layer_configs[name] = replace(self, attention=name, **others)
             except ValueError as e:
                 raise ValueError(f"attention plan, its {name} layers: {e}") from None
+
+    def check_owned_keys(self, plan):
+        """A variant's own key (attention.key_owners: each variant declares its owned_keys) set away
+        from its default is refused when no variant of the plan reads it: it would be ignored. The
+        fix names the default as a command-line flag, which resets a value a config file set."""
+        for key, owners in key_owners().items():
+            value, default = getattr(self, key), getattr(GPTConfig, key)
+            if value != default and not set(owners) & set(plan):
+                raise ValueError(f"{key}={value!r} is set but no variant of attention={self.attention} reads it "
+                                 f"(owned by attention={', '.join(owners)}); drop it, or reset it to its "
+                                 f"default on the command line: --{key}={default}")
 
     def check_rope(self, variant):
         """The rope_* keys: checked against the dims the variant rotates, refused without RoPE."""
@@ -173,8 +183,19 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d):
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        """A saved config (checkpoint, summary): unknown keys dropped; attention=gla whose knobs spell a
+        named linear-family member renamed to it (same layer, same weights, config/linear.py before the
+        names); and a variant's key that no variant of its plan reads reset to its default (such a key
+        was ignored when the model was built, before check_owned_keys refused it): every checkpoint loads."""
+        defaults = {f.name: f.default for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in defaults}
+        attention = [a.strip() for a in str(d.get("attention", cls.attention)).split(",")]
+        member = "gla" in attention and member_named_by_gla_knobs(SimpleNamespace(**{**defaults, **d}))
+        if member:  # attention=gla with a named member's knobs (saved before the names): that name
+            d["attention"] = ",".join(member if a == "gla" else a for a in attention)
+            attention = d["attention"].split(",")
+        ignored = {k for k, owners in key_owners().items() if not set(owners) & set(attention)}
+        return cls(**{k: v for k, v in d.items() if k not in ignored})
 
 
 class MLP(nn.Module):

@@ -3,6 +3,10 @@
 A variant is a subclass of `Attention` built from (config, layer_idx). The hooks, all declared
 on `Attention` (the ones without a default must be written by every variant):
 
+    owned_keys: tuple                 the GPTConfig keys this variant reads beyond the shared ones
+                                      (a key several variants read is declared by each). Set away
+                                      from its default, a key that no variant of the plan owns is
+                                      refused (GPTConfig.validate), as it would be ignored. Default ().
     default_n_kv_head(config) -> int  classmethod: KV heads when n_kv_head is 0 (unset).
                                       Default n_head.
     check_config(config)              classmethod: one-line ValueError for settings the variant
@@ -64,6 +68,7 @@ class Attention(nn.Module):
 
     context_within_block_size = False
     decodes_any_length = False
+    owned_keys: tuple = ()
 
     @classmethod
     def default_n_kv_head(cls, config) -> int:

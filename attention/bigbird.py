@@ -97,6 +97,7 @@ def layout_index(layout: torch.Tensor):
 
 
 class BlockSparseAttention(QKVAttention):
+    owned_keys = ("sparse_block", "sparse_window", "sparse_global", "sparse_random", "sparse_seed")
     context_within_block_size = True  # the layout has no blocks past block_size
 
     def __init__(self, config, layer_idx: int):

@@ -52,6 +52,7 @@ def causal_conv(x, weight, past):
 
 class DeltaNet(Attention):
     decodes_any_length = True  # a constant state
+    owned_keys = ("delta_conv", "delta_chunk", "delta_beta")
     BETAS = ("sigmoid", "sigmoid2")
 
     def __init__(self, config, layer_idx: int):

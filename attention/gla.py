@@ -1,202 +1,45 @@
-"""Gated linear attention (GLA, Yang et al. 2023) and the linear-attention family around it.
+"""Gated linear attention (GLA, Yang et al. 2023): attention=gla, the linear family's member whose
+four parts are its own keys, so that one name covers the family's ablations.
 
-Softmax attention is replaced by a recurrence over a fixed-size state per KV head:
+GLA itself is data / identity / rms / swish: a data-dependent decay g = logsigmoid(W2 W1 x) / 16
+(rank 16), no feature map, a per-head RMSNorm and a swish output gate. The knobs:
 
-    S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t        S: (Dk, Dv), g_t <= 0 the log-decay
-    o_t = scale * q_t S_t
+    gla_gate         data | fixed | none             (the decay)
+    gla_feature_map  identity | elu | relu | softmax
+    gla_norm         rms | sum | none                (the normaliser)
+    gla_output_gate  swish | none
 
-so decoding keeps one (Dk, Dv) matrix per head instead of a cache that grows with the
-context. The family, one knob per part (GLA is data / identity / rms / swish):
-
-    decay        gla_gate         data: g = logsigmoid(W2 W1 x) / 16, a rank-16 projection (GLA);
-                                  fixed: g = log gamma_h, gamma_h = 1 - 2^(-5-h) per KV head (RetNet);
-                                  none: g = 0, nothing is forgotten (o = Q (K^T V) masked causally)
-    feature map  gla_feature_map  identity | elu (elu + 1, Katharopoulos et al. 2020) | relu | softmax:
-                                  Efficient Attention's pair (Shen et al. 2021), softmax over each query's
-                                  features and each key feature's exp over the keys seen so far, stable by
-                                  a running max (kernels/gla_chunked.py softmax_pair_inputs)
-    normaliser   gla_norm         rms: per-head RMSNorm of o; sum: o_t / (phi(q_t) . sum_j decayed phi(k_j)),
-                                  Katharopoulos et al.'s, carried as one more value channel of ones
-                                  (positive maps only, no RoPE); none
-    output gate  gla_output_gate  swish: o * silu(x W_r) | none
-
-The layer (flash-linear-attention's GatedLinearAttention, without its expansion factors):
-
-    x --c_attn--> [ q: H*D | k: Hkv*D | v: Hkv*D | r: H*D ]      (r: the output gate; none: no r)
-    x --gk_proj (C->16->Hkv*D)--> logsigmoid / 16 = g             (gla_gate=data only)
-    q, k <- phi(q), phi(k) (identity or elu+1), then RoPE (if pos_encoding=rope)
-    o = GLA(q, k, v, g)           (B, H, T, D); query head h reads KV head h // (H/Hkv)
-    y = c_proj( RMSNorm_per_head(o) * silu(r) )   gla_norm=none drops the norm, gla_output_gate=none the gate
-
-The math lives beside its Triton kernel (flash-linear-attention's layout: layers wire, ops
-compute); this layer only wires it. attention/dispatch.py decides what runs for the full
-sequence (training, prefill), from attn_impl and kernels.gla.supports:
-    naive    kernels.reference.naive_recurrent_gla, a Python loop over time (the reference)
-    sdpa     kernels.gla_chunked.chunk_gla, the chunked parallel form in PyTorch (the default
-             off CUDA; also where the kernel cannot take gla_chunk: powers of two >= 16 only)
-    triton   kernels.gla.chunk_gla, the same chunked form as a Triton kernel (auto on CUDA; on
-             CPU under the interpreter). Imported on first use, so CPU users never need Triton.
-Decoding one token runs kernels.gla_chunked.recurrent_gla_step against the state, whatever
-attn_impl says.
+The combinations that are papers of their own have their own names and files (attention/linear.py,
+retnet.py, efficient.py); the parts, the recurrence and its dispatch are attention/linear_family.py.
 """
-import functools
+from attention.linear_family import (
+    DECAYS,
+    FEATURE_MAPS,
+    NORMS,
+    OUTPUT_GATES,
+    LinearFamilyAttention,
+    Recipe,
+)
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-from attention.base import Attention
-from attention.cache import StateCache
-from attention.record import record_linear
-from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step, softmax_pair_inputs
-from kernels.reference import naive_recurrent_gla
-
-GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
-GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/16) ~ 0.958)
+KNOBS = {"decay": "gla_gate", "feature_map": "gla_feature_map", "norm": "gla_norm", "output_gate": "gla_output_gate"}
 
 
-class GatedLinearAttention(Attention):
-    decodes_any_length = True  # a constant state
-    FEATURE_MAPS = ("identity", "elu", "relu", "softmax")
-    GATES = ("data", "fixed", "none")
-    OUTPUT_GATES = ("swish", "none")
-    NORMS = ("rms", "sum", "none")
-    SUM_EPS = 1e-6  # Katharopoulos et al.'s: a relu query may see no positive key feature yet
+class GatedLinearAttention(LinearFamilyAttention):
+    owned_keys = ("gla_gate", "gla_feature_map", "gla_chunk", "gla_output_gate", "gla_norm")
+    recipe = Recipe(decay="data", feature_map="identity", norm="rms", output_gate="swish")   # GLA's (the defaults)
 
-    def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
-        self.head_dim = D = config.n_embd // config.n_head
-        H, Hkv = self.n_head, self.n_kv_head
-        self.gated = config.gla_output_gate == "swish"
-        self.c_attn = nn.Linear(config.n_embd, ((2 if self.gated else 1) * H + 2 * Hkv) * D, bias=config.bias)
-        # Low-rank decay projection; its second bias sets each channel's base decay rate
-        # (the paper and flash-linear-attention keep it whatever config.bias says).
-        self.gk_proj = None
-        if config.gla_gate == "data":
-            self.gk_proj = nn.Sequential(nn.Linear(config.n_embd, GATE_LOW_RANK, bias=False),
-                                         nn.Linear(GATE_LOW_RANK, Hkv * D, bias=True))
-        # Linear attention's output has no softmax bounding its scale; the per-head
-        # RMSNorm (weights shared by the heads, as in flash-linear-attention) restores it, or the
-        # sum normaliser divides by phi(q_t) . sum_j phi(k_j) (carried as one more value channel).
-        self.o_norm = nn.RMSNorm(D, eps=1e-5) if config.gla_norm == "rms" else nn.Identity()
-        self.sum_normalised = config.gla_norm == "sum"
-        # RetNet's multi-scale decays, gamma_h = 1 - 2^(-5-h), one per KV head (gla_gate=fixed)
-        gamma = 1 - 2.0 ** (-5 - torch.arange(Hkv, dtype=torch.float32))
-        self.register_buffer("fixed_log_decay", gamma.log() if config.gla_gate == "fixed" else None, persistent=False)
-        self.setup_output_and_positions(config)
-        self.feature_map, self.chunk = config.gla_feature_map, config.gla_chunk
+    @classmethod
+    def recipe_of(cls, config) -> Recipe:
+        return Recipe(**{part: getattr(config, key) for part, key in KNOBS.items()})
+
+    @classmethod
+    def part(cls, config, name: str) -> str:
+        return f"{KNOBS[name]}={getattr(config, KNOBS[name])}"
 
     @classmethod
     def check_config(cls, config):
+        for key, allowed in (("gla_gate", DECAYS), ("gla_feature_map", tuple(FEATURE_MAPS)), ("gla_norm", NORMS),
+                             ("gla_output_gate", OUTPUT_GATES)):
+            if getattr(config, key) not in allowed:
+                raise ValueError(f"unknown {key}={getattr(config, key)!r}; choose one of {', '.join(allowed)}")
         super().check_config(config)
-        # sinusoidal is added to the embeddings and defined at every position, like rope and none
-        if config.pos_encoding not in ("rope", "sinusoidal", "none"):
-            raise ValueError(f"attention=gla works with pos_encoding rope, sinusoidal or none (no score matrix "
-                             f"for alibi, no fixed context for learned), got {config.pos_encoding}")
-        if config.gla_gate not in cls.GATES:
-            raise ValueError(f"unknown gla_gate={config.gla_gate!r}; choose one of {', '.join(cls.GATES)}")
-        if config.gla_feature_map not in cls.FEATURE_MAPS:
-            raise ValueError(f"unknown gla_feature_map={config.gla_feature_map!r}; "
-                             f"choose one of {', '.join(cls.FEATURE_MAPS)}")
-        if config.gla_output_gate not in cls.OUTPUT_GATES:
-            raise ValueError(f"unknown gla_output_gate={config.gla_output_gate!r}; choose swish or none")
-        if config.gla_norm not in cls.NORMS:
-            raise ValueError(f"unknown gla_norm={config.gla_norm!r}; choose rms or none")
-        if config.attn_output_gate != "none":
-            raise ValueError("attn_output_gate is for softmax attention; GLA has its own: gla_output_gate=swish|none")
-        if config.gla_norm == "sum" and config.gla_feature_map == "identity":
-            raise ValueError("gla_norm=sum divides by phi(q) . sum phi(k), which the identity map can make zero or "
-                             "negative; use gla_feature_map=elu or relu (positive)")
-        if config.gla_feature_map == "softmax" and (config.gla_norm == "sum" or config.pos_encoding == "rope"):
-            raise ValueError("gla_feature_map=softmax normalises itself (over the keys seen, per feature) and "
-                             "exponentiates q and k, which RoPE's rotation would mix; use gla_norm rms or none and "
-                             "pos_encoding sinusoidal or none")
-        if config.gla_norm == "sum" and config.pos_encoding == "rope":
-            raise ValueError("gla_norm=sum divides by phi(q) . sum phi(k), which RoPE's rotation can make zero or "
-                             "negative; use pos_encoding sinusoidal or none")
-        if config.gla_chunk < 1:
-            raise ValueError(f"gla_chunk={config.gla_chunk} must be at least 1 (64 is the default)")
-
-    def forward(self, x, pos, cache=None):
-        B, T, _ = x.shape
-        H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v, *r = self.c_attn(x).split([H * D, Hkv * D, Hkv * D] + [H * D] * self.gated, dim=-1)
-        q = q.view(B, T, H, D).transpose(1, 2)                        # (B, H, T, D)
-        k = k.view(B, T, Hkv, D).transpose(1, 2)                      # (B, Hkv, T, D)
-        v = v.view(B, T, Hkv, D).transpose(1, 2)
-        if self.feature_map == "elu":
-            q, k = F.elu(q) + 1, F.elu(k) + 1
-        elif self.feature_map == "relu":
-            q, k = F.relu(q), F.relu(k)
-        q, k = self.rope(pos, q, k)  # after phi, so q.k keeps RoPE's relative-position form
-        g = None
-        if self.gk_proj is not None:
-            g = (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
-        elif self.fixed_log_decay is not None:
-            g = self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D).contiguous()
-        if self.sum_normalised:  # a channel of ones: its output is the normaliser phi(q_t) . sum_j phi(k_j)
-            v = torch.cat([v, v.new_ones(B, Hkv, T, 1)], dim=-1)
-        state, scale = (cache.state if cache is not None and cache.pos > 0 else None), D ** -0.5
-        if self.feature_map == "softmax":  # the pair becomes GLA's inputs (kernels/gla_chunked.py)
-            q, k, g, state, tail = softmax_pair_inputs(q, k, g, state)
-            scale = 1.0
-        record_linear(q, k, g, pos, scale=scale)  # no-op unless analyze.py records (attention/record.py)
-
-        if cache is not None and T == 1 and state is not None:
-            o, state = recurrent_gla_step(q, k, v, g, state, scale=scale)
-        else:
-            o, state = self._full_sequence_gla(x.device)(q, k, v, g, scale=scale, initial_state=state,
-                                                         output_final_state=cache is not None)
-        if cache is not None:
-            cache.update(state if self.feature_map != "softmax" else torch.cat([state, tail], dim=-1), T)
-        if self.sum_normalised:
-            o = o[..., :D] / (o[..., D:] + self.SUM_EPS)
-        o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
-        if self.gated:
-            o = o * F.silu(r[0].view(B, T, H, D))
-        y = o.reshape(B, T, H * D)
-        return self.resid_dropout(self.c_proj(y))
-
-    def kernel_cases(self) -> dict:
-        """"forward": the full-sequence form; "decode": one token against the state (PyTorch)."""
-        return {"forward": ("kernels.gla", dict(chunk_size=self.chunk, head_dim_k=self.head_dim,
-                                                head_dim_v=self.value_dim)),
-                "decode": (None, {"why": "a one-token step of the recurrence runs in PyTorch (no kernel needed)"})}
-
-    @property
-    def value_dim(self) -> int:
-        """Value channels the recurrence carries: the head's, plus the sum normaliser's ones."""
-        return self.head_dim + self.sum_normalised
-
-    @property
-    def state_dim(self) -> int:
-        """Columns of the decoding state per key row: the values, plus the softmax pair's log Z, max, decay."""
-        return self.value_dim + 3 * (self.feature_map == "softmax")
-
-    def _full_sequence_gla(self, device):
-        """The GLA form that attn_impl resolved to on `device` (see the module docstring)."""
-        impl = self.impl(device)
-        if impl == "naive":
-            return naive_recurrent_gla
-        if impl == "triton":
-            from kernels.gla import chunk_gla as triton_chunk_gla
-            return functools.partial(in_fp32(triton_chunk_gla), chunk_size=self.chunk)
-        return functools.partial(chunk_gla, chunk_size=self.chunk)
-
-    def init_cache(self, batch_size, max_len, device, dtype):
-        """One fp32 state per KV head; max_len is not needed (the state never grows)."""
-        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.state_dim), device)
-
-    def attn_flops_per_token(self, seq_len: int) -> float:
-        """Chunked form per token: q.k and A.v within its chunk (2*D*chunk each), q.S and the
-        state update k^T v (2*D*D per query head / per KV head)."""
-        D, C = self.head_dim, min(self.chunk, seq_len)
-        return 3 * (4 * self.n_head * D * C + 2 * (self.n_head + self.n_kv_head) * D * D)
-
-    def cache_elems_per_token(self) -> int:
-        return 0  # constant state: see cache_state_elems
-
-    def cache_state_elems(self) -> int:
-        """Elements of this layer's decoding state for batch 1, whatever the length."""
-        return self.n_kv_head * self.head_dim * self.state_dim

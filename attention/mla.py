@@ -61,6 +61,9 @@ NORM_EPS = 1e-6             # DeepSeek-V2's RMSNorm epsilon
 
 
 class MultiHeadLatentAttention(Attention):
+    owned_keys = ("q_lora_rank", "kv_lora_rank", "rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+                  "mla_latent_norm", "mla_decode")
+
     @classmethod
     def check_config(cls, config):
         """Validate the MLA keys (one-line ValueError) and fill their defaults in place:

@@ -70,6 +70,8 @@ GATHER_FROM = 32  # gather when the context is this many times the keys read per
 
 
 class MixtureOfBlockAttention(QKVAttention):
+    owned_keys = ("sparse_block", "moba_topk")  # blocks of sparse_block, as BigBird's
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.sparse_block, self.topk = config.sparse_block, config.moba_topk

@@ -35,6 +35,7 @@ from attention.cache import RingCache
 
 
 class SlidingWindowAttention(QKVAttention):
+    owned_keys = ("sliding_window",)
     decodes_any_length = True  # the cache keeps everything a step needs, whatever the length
 
     def __init__(self, config, layer_idx: int):

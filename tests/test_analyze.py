@@ -16,7 +16,7 @@ from attention.record import record_attention
 from helpers import ROOT, perturbed_model, reference_qkv_attention, tiny_model_kwargs
 from kernels.reference import naive_recurrent_gla
 from model import GPT, GPTConfig
-from test_contract import VARIANT_KWARGS
+from test_contract import VARIANT_KWARGS, a_position
 from tools import analyze
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -215,7 +215,7 @@ def save_checkpoint(folder, data_root, attention, pos_encoding):
     return folder
 
 
-@pytest.mark.parametrize("attention,pos_encoding", [(a, "rope") for a in VARIANT_KWARGS]
+@pytest.mark.parametrize("attention,pos_encoding", [(a, a_position(a)) for a in VARIANT_KWARGS]
                          + [("mha", "sinusoidal"), ("mla", "learned"), ("gla", "sinusoidal")])
 def test_analyze_writes_pngs_and_json_for_every_variant(data_root, tmp_path, attention, pos_encoding):
     run = save_checkpoint(str(tmp_path / "run"), data_root, attention, pos_encoding)

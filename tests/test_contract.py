@@ -11,12 +11,18 @@ from model import GPT, GPTConfig
 
 VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
                   "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8),
+                  "linear": dict(gla_chunk=8), "retnet": dict(gla_chunk=8), "efficient": dict(gla_chunk=8),
                   "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2),
                   "deltanet": dict(delta_chunk=8), "gated_deltanet": dict(delta_chunk=8)}
 
 
 CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS
          if accepts(attention=a, pos_encoding=p, **VARIANT_KWARGS[a])]
+
+
+def a_position(attention):
+    """rope, else the first position encoding the variant takes (linear and efficient refuse rope)."""
+    return next(p for p in POS_ENCODINGS if accepts(attention=attention, pos_encoding=p, **VARIANT_KWARGS[attention]))
 
 
 def make_model(attention, pos_encoding):
@@ -39,8 +45,9 @@ def test_cached_decoding_equals_full_forward(attention, pos_encoding):
     assert all(c.pos == 30 for c in caches)
 
 
-OWN_GATE = ("gla", "deltanet", "gated_deltanet")  # their own output gates, not attn_output_gate
-GATED_CASES = [(a, p) for a, p in CASES if a not in OWN_GATE]
+# a state, not a K/V cache, and their own output gate (not attn_output_gate)
+LINEAR_FAMILY = ("gla", "linear", "retnet", "efficient", "deltanet", "gated_deltanet")
+GATED_CASES = [(a, p) for a, p in CASES if a not in LINEAR_FAMILY]
 
 
 @pytest.mark.parametrize("attention,pos_encoding", GATED_CASES)
@@ -60,7 +67,7 @@ def test_measured_cache_growth_equals_formula(attention):
     """Bytes of the allocated caches for n tokens = per-token formula x min(n, the most tokens the
     cache keeps) + the constant state: a cache that grows grows by the formula, a window's ring
     stops at its window (swa: 8 tokens here), a recurrent state does not grow."""
-    model = make_model(attention, "rope")
+    model = make_model(attention, a_position(attention))
     cap = {"swa": 8}.get(attention)  # written here, not read from the model: the test must be able to fail
     per_token = model.cache_elems_per_token() * 2                      # bf16
     state = model.cache_state_elems() * 4                              # fp32 states (GLA), else 0
@@ -68,7 +75,7 @@ def test_measured_cache_growth_equals_formula(attention):
         measured = sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16))
         assert measured == per_token * min(n, cap or n) + state
         assert model.cache_elems_per_seq(n) * 2 + state == measured
-    if attention in ("gla", "deltanet", "gated_deltanet"):  # a constant state, nothing per token
+    if attention in LINEAR_FAMILY:  # a constant state, nothing per token
         assert per_token == 0 and state > 0
     else:
         assert per_token > 0

@@ -238,7 +238,7 @@ def test_gla_without_gate_and_norm_is_plain_gla_math():
 
 @pytest.mark.parametrize("kw, words", [(dict(attn_output_gate="relu"), "attn_output_gate"),
                                        (dict(attention="gla", attn_output_gate="sigmoid"), "gla_output_gate"),
-                                       (dict(gla_norm="none"), "attention=gla key"),
+                                       (dict(gla_norm="none"), "owned by attention=gla"),
                                        (dict(attention="gla", gla_norm="layer"), "gla_norm"),
                                        (dict(mlp_hidden=-1), "mlp_hidden")])
 def test_control_keys_refuse_bad_values(kw, words):
@@ -297,7 +297,7 @@ def run_sweep(root, out, *extra, configs=("config/mha.py", "config/gla.py")):
 
 GPU_TIER = ("config/study1024/mha.py", "config/study1024/gla.py")   # shrunk below to a CPU size
 GPU_TIER_ON_CPU = ["--dataset=shakespeare_char", "--compile=False", "--gradient_accumulation_steps=1",
-                   "--gla_chunk=8", "--threads=1"]
+                   "--threads=1"]
 
 
 def test_sweep_matches_params_and_flops_tunes_lr_and_reports_on_test(test_split_root, tmp_path):

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention.gla import GATE_NORMALIZER
+from attention.linear_family import GATE_NORMALIZER
 from helpers import (
     assert_sampling_same_with_and_without_cache,
     decode_in_chunks,

@@ -22,11 +22,12 @@ def layer_kwargs(decay, fmap, norm, **kw):
                              gla_norm=norm, gla_chunk=8, n_kv_head=2, **kw)
 
 
-def quadratic_reference(layer, x, decay, fmap, norm):
-    """The layer's output from its weights, by the T x T form (no recurrence, no chunks)."""
+def quadratic_reference(layer, x, decay, fmap, norm, gated=True):
+    """The layer's output from its weights, by the T x T form (no recurrence, no chunks); gated:
+    the swish output gate (its r projection after v in c_attn)."""
     B, T, _ = x.shape
     H, Hkv, D = layer.n_head, layer.n_kv_head, layer.head_dim
-    q, k, v, r = layer.c_attn(x).split([H * D, Hkv * D, Hkv * D, H * D], dim=-1)
+    q, k, v, *r = layer.c_attn(x).split([H * D, Hkv * D, Hkv * D] + [H * D] * gated, dim=-1)
     q, k, v = q.view(B, T, H, D), k.view(B, T, Hkv, D), v.view(B, T, Hkv, D)
     if fmap != "softmax":
         q, k = MAPS[fmap](q), MAPS[fmap](k)
@@ -45,20 +46,22 @@ def quadratic_reference(layer, x, decay, fmap, norm):
         w = (k[:, None, :, kv_head].double().exp() * decays.double()).masked_fill(~causal[None, :, :, None, None], 0)
         rows = torch.einsum("bijhd,bjhe->bihde", w, v[:, :, kv_head].double()) / w.sum(2)[..., None]
         o = torch.einsum("bihd,bihde->bhie", q.double().softmax(-1), rows).float()
-        return finish(layer, o, r, norm, B, T, H, D)
+        return finish(layer, o, r[0] if gated else None, norm, B, T, H, D)
     A = torch.einsum("bihd,bijhd,bjhd->bhij", q, decays.masked_fill(~causal[None, :, :, None, None], 0.0),
                      k[:, :, kv_head]) / math.sqrt(D)                         # (B, H, T, T)
     o = A @ v[:, :, kv_head].transpose(1, 2)                                  # (B, H, T, D)
     if norm == "sum":
         o = o / (A.sum(-1, keepdim=True) + 1e-6)
-    return finish(layer, o, r, norm, B, T, H, D)
+    return finish(layer, o, r[0] if gated else None, norm, B, T, H, D)
 
 
 def finish(layer, o, r, norm, B, T, H, D):
-    """o (B, H, T, D) through the per-head RMSNorm (norm=rms), the swish gate and c_proj."""
+    """o (B, H, T, D) through the per-head RMSNorm (norm=rms), the swish gate (r, or None) and c_proj."""
     if norm == "rms":
         o = F.rms_norm(o, (D,), layer.o_norm.weight, eps=1e-5)
-    o = o.transpose(1, 2) * F.silu(r.view(B, T, H, D))
+    o = o.transpose(1, 2)
+    if r is not None:
+        o = o * F.silu(r.view(B, T, H, D))
     return layer.c_proj(o.reshape(B, T, H * D))
 
 

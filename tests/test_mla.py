@@ -315,7 +315,7 @@ def test_expanded_cache_holds_both_head_dims():
 
 @pytest.mark.parametrize("kwargs,words", [
     ({"qk_nope_head_dim": -1}, "qk_nope_head_dim=-1 must be >= 0"),
-    ({"attention": "gqa", "n_kv_head": 2, "v_head_dim": 8}, "v_head_dim is an attention=mla key"),
+    ({"attention": "gqa", "n_kv_head": 2, "v_head_dim": 8}, "v_head_dim=8 is set but no variant of attention=gqa"),
 ])
 def test_head_dim_keys_refuse_bad_values(kwargs, words):
     with pytest.raises(ValueError, match=words) as err:

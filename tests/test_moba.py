@@ -123,5 +123,5 @@ def test_moba_refuses_bad_settings():
         GPTConfig(**tiny_model_kwargs(attention="moba", moba_topk=0))
     with pytest.raises(ValueError, match="sparse_block=64"):
         GPTConfig(**tiny_model_kwargs(attention="moba", sparse_block=64))   # block_size is 32
-    with pytest.raises(ValueError, match="moba_topk is an attention=moba key"):
+    with pytest.raises(ValueError, match="moba_topk=3 is set but no variant of attention=swa reads it"):
         GPTConfig(**tiny_model_kwargs(attention="swa", moba_topk=3))

@@ -106,5 +106,5 @@ def test_swa_refuses_learned_positions_and_a_window_below_one():
         GPTConfig(**tiny_model_kwargs(attention="swa", pos_encoding="learned"))
     with pytest.raises(ValueError, match="sliding_window=0"):
         GPTConfig(**tiny_model_kwargs(attention="swa", sliding_window=0))
-    with pytest.raises(ValueError, match="sliding_window is an attention=swa key"):
+    with pytest.raises(ValueError, match="sliding_window=8 is set but no variant of attention=mha reads it"):
         GPTConfig(**tiny_model_kwargs(attention="mha", sliding_window=8))

@@ -1,0 +1,247 @@
+"""The linear-attention family's shared layer: each member (attention=gla, linear, retnet, efficient)
+is a recipe of four parts over one recurrence (flash-linear-attention's layout: layers wire, ops
+compute; the ops are kernels/gla_chunked.py, kernels/gla.py and kernels/reference.py).
+
+Softmax attention is replaced by a recurrence over a fixed-size state per KV head:
+
+    S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t        S: (Dk, Dv), g_t <= 0 the log-decay
+    o_t = scale * q_t S_t
+
+so decoding keeps one (Dk, Dv) matrix per head instead of a cache that grows with the context.
+The parts (Recipe), each built once in __init__ and applied in forward without knowing the others:
+
+    decay        data: g = logsigmoid(W2 W1 x) / 16, a rank-16 projection (GLA);
+                 fixed: g = log gamma_h, gamma_h = 1 - 2^(-5-h) per KV head (RetNet);
+                 none: g = 0, nothing is forgotten (o = Q (K^T V) masked causally)
+    feature map  identity | elu (elu + 1, Katharopoulos et al. 2020) | relu | softmax: Efficient
+                 Attention's pair (Shen et al. 2021), softmax over each query's features and each key
+                 feature's exp over the keys seen so far, stable by a running max (kernels/gla_chunked.py
+                 softmax_pair_inputs)
+    normaliser   rms: per-head RMSNorm of o; sum: o_t / (phi(q_t) . sum_j decayed phi(k_j)),
+                 Katharopoulos et al.'s, carried as one more value channel of ones (positive maps only,
+                 no RoPE); none
+    output gate  swish: o * silu(x W_r) | none
+
+The layer (flash-linear-attention's GatedLinearAttention, without its expansion factors):
+
+    x --c_attn--> [ q: H*D | k: Hkv*D | v: Hkv*D | r: H*D ]      (r: the output gate; none: no r)
+    x --gk_proj (C->16->Hkv*D)--> logsigmoid / 16 = g             (decay=data only)
+    q, k <- phi(q), phi(k), then RoPE (if pos_encoding=rope)
+    o = GLA(q, k, v, g)           (B, H, T, D); query head h reads KV head h // (H/Hkv)
+    y = c_proj( norm(o) * silu(r) )
+
+Every member builds the same modules under the same names in the same order (c_attn, gk_proj,
+o_norm, c_proj), so a recipe's weights are drawn alike and load alike whichever name built it.
+attention/dispatch.py decides what runs for the full sequence (training, prefill), from attn_impl
+and kernels.gla.supports:
+    naive    kernels.reference.naive_recurrent_gla, a Python loop over time (the reference)
+    sdpa     kernels.gla_chunked.chunk_gla, the chunked parallel form in PyTorch (the default
+             off CUDA; also where the kernel cannot take gla_chunk: powers of two >= 16 only)
+    triton   kernels.gla.chunk_gla, the same chunked form as a Triton kernel (auto on CUDA; on
+             CPU under the interpreter). Imported on first use, so CPU users never need Triton.
+Decoding one token runs kernels.gla_chunked.recurrent_gla_step against the state, whatever
+attn_impl says.
+
+A new member (e.g. a delta rule) is a short file with a subclass: its recipe, or its own parts
+where the recurrence differs (override `recur`), and one line in attention/__init__.py.
+"""
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from attention.base import Attention
+from attention.cache import StateCache
+from attention.record import record_linear
+from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step, softmax_pair_inputs
+from kernels.reference import naive_recurrent_gla
+
+GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
+GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/16) ~ 0.958)
+SUM_EPS = 1e-6         # Katharopoulos et al.'s: a relu query may see no positive key feature yet
+# phi on q and k; softmax is the pair, applied to the recurrence's inputs (recur), not here
+FEATURE_MAPS = {"identity": None, "elu": lambda t: F.elu(t) + 1, "relu": F.relu, "softmax": None}
+DECAYS = ("data", "fixed", "none")
+NORMS = ("rms", "sum", "none")
+OUTPUT_GATES = ("swish", "none")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One member of the family: its four parts (see the module docstring)."""
+    decay: str
+    feature_map: str
+    norm: str
+    output_gate: str
+
+
+def fixed_log_decay(n_kv_head: int) -> torch.Tensor:
+    """RetNet's multi-scale decays, log gamma_h with gamma_h = 1 - 2^(-5-h), one per KV head."""
+    return (1 - 2.0 ** (-5 - torch.arange(n_kv_head, dtype=torch.float32))).log()
+
+
+class LinearFamilyAttention(Attention):
+    """The shared layer; a member sets `recipe` (or computes it from config: recipe_of)."""
+    decodes_any_length = True  # a constant state
+    owned_keys = ("gla_chunk",)
+    recipe: Recipe = None
+
+    @classmethod
+    def recipe_of(cls, config) -> Recipe:
+        return cls.recipe
+
+    @classmethod
+    def part(cls, config, name: str) -> str:
+        """How a message names one of the recipe's parts: a fixed member by its attention= name."""
+        return f"attention={config.attention}'s {name} {getattr(cls.recipe_of(config), name)}"
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        recipe = self.recipe_of(config)
+        self.n_head, self.n_kv_head = config.n_head, config.n_kv_head
+        self.head_dim = D = config.n_embd // config.n_head
+        H, Hkv = self.n_head, self.n_kv_head
+        self.gated = recipe.output_gate == "swish"
+        self.c_attn = nn.Linear(config.n_embd, ((2 if self.gated else 1) * H + 2 * Hkv) * D, bias=config.bias)
+        # Low-rank decay projection; its second bias sets each channel's base decay rate
+        # (the paper and flash-linear-attention keep it whatever config.bias says).
+        self.gk_proj = None
+        if recipe.decay == "data":
+            self.gk_proj = nn.Sequential(nn.Linear(config.n_embd, GATE_LOW_RANK, bias=False),
+                                         nn.Linear(GATE_LOW_RANK, Hkv * D, bias=True))
+        # Linear attention's output has no softmax bounding its scale; the per-head RMSNorm
+        # (weights shared by the heads, as in flash-linear-attention) restores it, or the sum
+        # normaliser divides by phi(q_t) . sum_j phi(k_j) (carried as one more value channel).
+        self.o_norm = nn.RMSNorm(D, eps=1e-5) if recipe.norm == "rms" else nn.Identity()
+        self.sum_normalised = recipe.norm == "sum"
+        fixed = fixed_log_decay(Hkv) if recipe.decay == "fixed" else None
+        self.register_buffer("fixed_log_decay", fixed, persistent=False)
+        self.setup_output_and_positions(config)
+        self.phi, self.pair = FEATURE_MAPS[recipe.feature_map], recipe.feature_map == "softmax"
+        self.feature_map, self.chunk = recipe.feature_map, config.gla_chunk
+
+    @classmethod
+    def check_config(cls, config):
+        """The rules every member shares, on its recipe (one line each)."""
+        super().check_config(config)
+        recipe = cls.recipe_of(config)
+        # sinusoidal is added to the embeddings and defined at every position, like rope and none
+        if config.pos_encoding not in ("rope", "sinusoidal", "none"):
+            raise ValueError(f"attention={config.attention} works with pos_encoding rope, sinusoidal or none (no "
+                             f"score matrix for alibi, no fixed context for learned), got {config.pos_encoding}")
+        if config.attn_output_gate != "none":
+            raise ValueError("attn_output_gate is for softmax attention; the linear family has its own output "
+                             "gate (attention=gla: gla_output_gate=swish|none)")
+        if recipe.norm == "sum" and recipe.feature_map == "identity":
+            raise ValueError(f"{cls.part(config, 'norm')} divides by phi(q) . sum phi(k), which the identity map "
+                             "can make zero or negative; use gla_feature_map=elu or relu (positive)")
+        if recipe.feature_map == "softmax" and recipe.norm == "sum":
+            raise ValueError(f"{cls.part(config, 'feature_map')} normalises itself (over the keys seen, per "
+                             "feature); use gla_norm rms or none")
+        if recipe.feature_map == "softmax" and config.pos_encoding == "rope":
+            raise ValueError(f"{cls.part(config, 'feature_map')} normalises itself and exponentiates q and k, "
+                             "which RoPE's rotation would mix; use pos_encoding sinusoidal or none")
+        if recipe.norm == "sum" and config.pos_encoding == "rope":
+            raise ValueError(f"{cls.part(config, 'norm')} divides by phi(q) . sum phi(k), which RoPE's rotation "
+                             "can make zero or negative; use pos_encoding sinusoidal or none")
+        if config.gla_chunk < 1:
+            raise ValueError(f"gla_chunk={config.gla_chunk} must be at least 1 (64 is the default)")
+
+    # ---- the parts, in the order forward applies them ----
+    def project(self, x):
+        """x -> q (B, H, T, D), k, v (B, Hkv, T, D), r (B, T, H, D) or None (no output gate)."""
+        B, T, _ = x.shape
+        H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v, *r = self.c_attn(x).split([H * D, Hkv * D, Hkv * D] + [H * D] * self.gated, dim=-1)
+        q = q.view(B, T, H, D).transpose(1, 2)
+        k = k.view(B, T, Hkv, D).transpose(1, 2)
+        v = v.view(B, T, Hkv, D).transpose(1, 2)
+        return q, k, v, (r[0].view(B, T, H, D) if r else None)
+
+    def decay(self, x):
+        """The log-decay g (B, Hkv, T, D), or None (nothing forgotten)."""
+        B, T, _ = x.shape
+        Hkv, D = self.n_kv_head, self.head_dim
+        if self.gk_proj is not None:
+            return (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
+        if self.fixed_log_decay is not None:
+            return self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D).contiguous()
+        return None
+
+    def recur(self, q, k, v, g, pos, cache):
+        """The recurrence over this call's tokens, from the cache's state (if any), updating it."""
+        state, scale = (cache.state if cache is not None and cache.pos > 0 else None), self.head_dim ** -0.5
+        if self.pair:  # the softmax pair becomes GLA's inputs (kernels/gla_chunked.py)
+            q, k, g, state, tail = softmax_pair_inputs(q, k, g, state)
+            scale = 1.0
+        record_linear(q, k, g, pos, scale=scale)  # no-op unless analyze.py records (attention/record.py)
+        if cache is not None and q.size(2) == 1 and state is not None:
+            o, state = recurrent_gla_step(q, k, v, g, state, scale=scale)
+        else:
+            o, state = self._full_sequence_gla(q.device)(q, k, v, g, scale=scale, initial_state=state,
+                                                         output_final_state=cache is not None)
+        if cache is not None:
+            cache.update(torch.cat([state, tail], dim=-1) if self.pair else state, q.size(2))
+        return o
+
+    def forward(self, x, pos, cache=None):
+        B, T, _ = x.shape
+        q, k, v, r = self.project(x)
+        if self.phi is not None:
+            q, k = self.phi(q), self.phi(k)
+        q, k = self.rope(pos, q, k)  # after phi, so q.k keeps RoPE's relative-position form
+        g = self.decay(x)
+        if self.sum_normalised:  # a channel of ones: its output is the normaliser phi(q_t) . sum_j phi(k_j)
+            v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
+        o = self.recur(q, k, v, g, pos, cache)
+        if self.sum_normalised:
+            o = o[..., :self.head_dim] / (o[..., self.head_dim:] + SUM_EPS)
+        o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
+        if r is not None:
+            o = o * F.silu(r)
+        return self.resid_dropout(self.c_proj(o.reshape(B, T, self.n_head * self.head_dim)))
+
+    def kernel_cases(self) -> dict:
+        """"forward": the full-sequence form; "decode": one token against the state (PyTorch)."""
+        return {"forward": ("kernels.gla", dict(chunk_size=self.chunk, head_dim_k=self.head_dim,
+                                                head_dim_v=self.value_dim)),
+                "decode": (None, {"why": "a one-token step of the recurrence runs in PyTorch (no kernel needed)"})}
+
+    @property
+    def value_dim(self) -> int:
+        """Value channels the recurrence carries: the head's, plus the sum normaliser's ones."""
+        return self.head_dim + self.sum_normalised
+
+    @property
+    def state_dim(self) -> int:
+        """Columns of the decoding state per key row: the values, plus the softmax pair's log Z, max, decay."""
+        return self.value_dim + 3 * self.pair
+
+    def _full_sequence_gla(self, device):
+        """The GLA form that attn_impl resolved to on `device` (see the module docstring)."""
+        impl = self.impl(device)
+        if impl == "naive":
+            return naive_recurrent_gla
+        if impl == "triton":
+            from kernels.gla import chunk_gla as triton_chunk_gla
+            return functools.partial(in_fp32(triton_chunk_gla), chunk_size=self.chunk)
+        return functools.partial(chunk_gla, chunk_size=self.chunk)
+
+    def init_cache(self, batch_size, max_len, device, dtype):
+        """One fp32 state per KV head; max_len is not needed (the state never grows)."""
+        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.state_dim), device)
+
+    def attn_flops_per_token(self, seq_len: int) -> float:
+        """Chunked form per token: q.k and A.v within its chunk (2*D*chunk each), q.S and the
+        state update k^T v (2*D*D per query head / per KV head)."""
+        D, C = self.head_dim, min(self.chunk, seq_len)
+        return 3 * (4 * self.n_head * D * C + 2 * (self.n_head + self.n_kv_head) * D * D)
+
+    def cache_elems_per_token(self) -> int:
+        return 0  # constant state: see cache_state_elems
+
+    def cache_state_elems(self) -> int:
+        """Elements of this layer's decoding state for batch 1, whatever the length."""
+        return self.n_kv_head * self.head_dim * self.state_dim
