@@ -211,3 +211,15 @@ def test_planner_flags_and_model_overrides_are_split_in_order():
                                                "--memory=40GB", "--json", "p.json", "--n_embd=64"])
     assert configs == ["config/mha.py", "config/gqa.py"] and overrides == ["--n_layer=4", "--n_embd=64"]
     assert (raw["context"], raw["memory"], raw["json"], raw["batch"]) == ("128", "40GB", "p.json", "1")
+
+
+def test_a_variants_own_key_shared_by_several_configs_reaches_only_its_owners():
+    """tools.plan gives every config the same overrides: --sparse_block=64 builds bigbird's blocks of 64
+    and leaves mha as its config file has it (train.py alone would refuse the key under mha)."""
+    from tools.plan import build_planned_model
+    opts = {"vocab_size": 65, "context": 256, "dtype": torch.bfloat16, "memory": 2**40}
+    shared = ["--sparse_block=64", "--block_size=256"]
+    bigbird = build_planned_model("config/bigbird.py", shared, opts)
+    mha = build_planned_model("config/mha.py", shared, opts)
+    assert bigbird.config.sparse_block == 64 and bigbird.config.block_size == 256
+    assert mha.config.sparse_block == GPTConfig.sparse_block and mha.config.block_size == 256

@@ -29,7 +29,7 @@ import torch
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import median_ms
 from trainer.cli import ConfigError, OneLineParser, check_output, fail
-from trainer.settings import MODEL_KEYS, parse_keys, resolve_device
+from trainer.settings import MODEL_KEYS, parse_shared_keys, resolve_device
 
 
 def cache_bytes(model, length, dtype):
@@ -37,7 +37,7 @@ def cache_bytes(model, length, dtype):
 
 
 def bench_variant(path, args, device):
-    cfg = parse_keys([path, *args.overrides])
+    cfg = parse_shared_keys(path, args.overrides)  # a variant's own key only where its plan reads it
     config = GPTConfig(vocab_size=args.vocab_size, **{k: cfg[k] for k in MODEL_KEYS})
     torch.manual_seed(0)
     model = GPT(config).to(device)

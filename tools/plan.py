@@ -35,7 +35,7 @@ import torch
 from attention.cache import StateCache
 from model import GPT, GPTConfig
 from trainer.cli import ConfigError, OneLineParser, check_output, fail
-from trainer.settings import MODEL_KEYS, parse_keys
+from trainer.settings import MODEL_KEYS, parse_shared_keys
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "fp32": torch.float32, "float32": torch.float32, "fp8": torch.float8_e4m3fn}
@@ -124,7 +124,7 @@ MAX_LAYERS = 10_000
 def build_planned_model(path: str, overrides: list, opts: dict) -> GPT:
     """The config's model on the meta device, refused (exit 2) if it cannot run the plan."""
     try:
-        cfg = parse_keys([path, *overrides])
+        cfg = parse_shared_keys(path, overrides)  # --sparse_block=64 for bigbird leaves mha alone
         config = GPTConfig(vocab_size=opts["vocab_size"], **{k: cfg[k] for k in MODEL_KEYS})
     except (ConfigError, ValueError) as e:
         fail(f"{path}: {e}")

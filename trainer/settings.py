@@ -88,6 +88,17 @@ def parse_keys(argv, explicit: set | None = None) -> dict:
     return parse_config(argv, {**TRAIN_KEYS, **MODEL_KEYS}, defaults, explicit)
 
 
+def parse_shared_keys(config_file: str, shared: list) -> dict:
+    """parse_keys for one of several configs given the same overrides (tools.plan, tools.bench): a
+    variant's own key (e.g. --sparse_block=64 meant for bigbird) is kept only where a variant of this
+    config's plan reads it, and left at its default elsewhere. train.py itself refuses such a key."""
+    from attention import key_owners
+    keys = parse_keys([config_file, *shared])
+    owners, plan = key_owners(), set(keys["attention"].split(","))
+    foreign = [o for o in shared if not set(owners.get(o[2:].partition("=")[0], plan)) & plan]
+    return parse_keys([config_file, *(o for o in shared if o not in foreign)]) if foreign else keys
+
+
 def weight_decay_fix(learning_rate):
     """The advice when learning_rate * weight_decay >= 1: an example that keeps the bound it states."""
     bound = 1 / learning_rate
