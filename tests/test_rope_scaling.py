@@ -14,7 +14,7 @@ import torch
 
 import train
 from attention.positional import RoPE, apply_rope
-from helpers import ROOT, decode_in_chunks, reference_qkv_attention, tiny_model_kwargs, train_args
+from helpers import ROOT, accepts, decode_in_chunks, reference_qkv_attention, tiny_model_kwargs, train_args
 from model import GPT, GPTConfig
 from test_contract import VARIANT_KWARGS
 from tools import analyze
@@ -111,7 +111,8 @@ def test_mha_layer_with_yarn_equals_reference_on_hugging_face_frequencies(scalin
     assert torch.allclose(got, want, atol=1e-5)
 
 
-ROPE_VARIANTS = list(VARIANT_KWARGS)  # every variant takes rope (MLA on its decoupled key)
+# every variant that takes rope (MLA on its decoupled key; linear and efficient refuse it)
+ROPE_VARIANTS = [a for a in VARIANT_KWARGS if accepts(attention=a, pos_encoding="rope", **VARIANT_KWARGS[a])]
 
 
 @pytest.mark.parametrize("scaling", SCALINGS, ids=["pi", "ntk", "yarn", "yarn-half"])
