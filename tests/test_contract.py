@@ -79,3 +79,24 @@ def test_measured_cache_growth_equals_formula(attention):
         assert per_token == 0 and state > 0
     else:
         assert per_token > 0
+
+
+ONE_HEAD = [a for a in VARIANT_KWARGS if accepts(attention=a, pos_encoding="none", n_head=1,
+                                                 **{**VARIANT_KWARGS[a], "n_kv_head": 0})]
+
+
+def test_one_head_models_are_built_by_every_variant_but_gqa():
+    """The recall anchor's shape (Zoology's: one head): every variant takes n_head=1 except gqa, which
+    needs fewer KV heads than query heads."""
+    assert set(VARIANT_KWARGS) - set(ONE_HEAD) == {"gqa"}
+
+
+@pytest.mark.parametrize("attention", ONE_HEAD)
+def test_one_head_decoding_equals_full_forward(attention):
+    model = perturbed_model(attention=attention, pos_encoding="none", n_head=1,
+                            **{**VARIANT_KWARGS[attention], "n_kv_head": 0})
+    idx = torch.randint(0, 65, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full, _ = model(idx)
+        stepped, _ = decode_in_chunks(model, idx)
+    assert (full - stepped).abs().max().item() <= 1e-4
