@@ -113,5 +113,6 @@ def test_chance_comes_from_the_files_and_steps_from_the_runs(study, tmp_path):
     assert groups[("chance", 2)]["acc"] == pytest.approx(1 / 2) and groups[("chance", 3)]["acc"] == pytest.approx(1 / 3)
     stop = json.loads((study[5] / "summary.json").read_text())
     assert stop["target_reached_iter"] is not None
-    assert groups[("stop", 2)]["steps"] == stop["target_reached_iter"] and groups[("mha", 2)]["steps"] is None
+    assert groups[("stop", 2)]["steps"] == stop["target_reached_iter"] and groups[("stop", 2)]["reached"] == 1
+    assert groups[("mha", 2)]["steps"] is None and groups[("mha", 2)]["reached"] == 0
     assert "| chance (from the files) |" in (tmp_path / "recall.md").read_text()

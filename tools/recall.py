@@ -12,8 +12,8 @@ does), model width (n_embd) and cell: the row length and number of pairs of the 
             test evaluation
   solved    the seeds whose accuracy reaches --solved (0.95): a run either forms the recall circuit
             or plateaus, so the mean of a few seeds hides a count worth reading
-  steps     steps to solve: the median over seeds of the first evaluation at stop_val_acc
-            (summary.json target_reached_iter; "-" when no seed reached it)
+  steps     steps to solve: how many seeds reached stop_val_acc (val accuracy, e.g. 0.99) and the
+            median of their first evaluation there (summary.json target_reached_iter)
   Δ         accuracy minus the first config's in the same cell and width, paired over the seeds
             both have: mean and 95% t interval (tools.stats; at least 2 shared seeds)
   bytes     what the variant keeps per sequence after one row: its cache in bf16
@@ -96,7 +96,7 @@ def group_rows(rows, solved=SOLVED):
         out.append({"config": config, "width": width, "row_len": cell_key[0], "pairs": cell_key[1],
                     "n": len(values), "acc": compare.mean_std(values)[0], "acc_interval": interval(values),
                     "solved": sum(a >= solved for a in values),
-                    "steps": statistics.median(steps) if steps else None,
+                    "steps": statistics.median(steps) if steps else None, "reached": len(steps),
                     "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
                     "metric": sorted({r["metric"] for r in runs}), "bytes_per_seq": runs[0]["bytes"],
                     "params": runs[0]["params"]})
@@ -123,7 +123,7 @@ def cell(g):
     text = f"{g['acc']:.3f}" + (f" [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if g["n"] > 1 else "")
     text += f" (n={g['n']}); solved {g['solved']}/{g['n']}"
     if g["steps"] is not None:
-        text += f" at {g['steps']:,.0f} steps"
+        text += f"; stop_val_acc reached by {g['reached']}/{g['n']}, median step {g['steps']:,.0f}"
     if g["delta"] is not None:
         text += f"; Δ {g['delta']:+.3f} [{g['delta_ci95'][0]:+.3f}, {g['delta_ci95'][1]:+.3f}]"
     return text
@@ -147,7 +147,8 @@ def markdown(groups, chance, solved=SOLVED):
         lines += ["| chance (from the files) | - | 0 | " + " | ".join(cell(by_cell.get(k)) for k in cells) + " |", ""]
     metrics = sorted({m for g in groups for m in g["metric"]})
     lines += [f"Accuracy: {', '.join(metrics)} of best.pt, mean [95% t interval from 3 seeds, min-max below] "
-              f"(n seeds); solved: seeds at accuracy >= {solved:g}, with the median steps to reach stop_val_acc; "
+              f"(n seeds); solved: seeds at accuracy >= {solved:g}; stop_val_acc: the seeds whose val accuracy reached "
+              "it and the median step they did; "
               f"Δ: minus {groups[0]['config']}'s in the same cell and width, paired over shared seeds (95% t "
               "interval). Bytes: cache (bf16) after one row plus constant state (fp32), from the model's formulas. "
               "Chance: guessing among the row's values, from the dataset's files."]
