@@ -38,10 +38,8 @@ from attention.positional import RoPE
 from data.progress import progress
 from trainer.checkpoint import (
     CheckpointError,
-    load_checkpoint,
     model_config_from_checkpoint,
     model_from_checkpoint,
-    run_checkpoint_path,
 )
 from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.rundir import Run
@@ -216,8 +214,8 @@ def check_runs(args):
     with a RoPE run among them (ConfigError); -> the runs a scaling leaves as trained, for a note."""
     as_trained = []
     for run_dir in args.runs:
-        path = run_checkpoint_path(run_dir, args.ckpt)
-        config = model_config_from_checkpoint(load_checkpoint(path, "cpu"), path)
+        run = Run(run_dir)  # the checkpoint's header only: no weights are read here
+        config = model_config_from_checkpoint(run.header(args.ckpt), run.checkpoint_path(args.ckpt))
         if args.stride and args.stride > config.block_size:
             raise ConfigError(f"--stride={args.stride} is above the block_size={config.block_size} of {run_dir}; "
                               "give 1 <= --stride <= the smallest block_size of the runs")
