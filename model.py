@@ -382,16 +382,25 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
     def flops_per_token(self, seq_len=None) -> float:
-        """Training FLOPs per token (PaLM appendix B) at seq_len (default block_size): 6N for the
-        weights plus each layer's attention (12 * H * D * T for softmax over T keys; less for
-        sparse and linear)."""
+        """Training FLOPs per token as each variant computes them, at seq_len (default block_size): 6N
+        for the weights plus each layer's attn_flops_per_token (the causal pairs only: 12 * H * D *
+        (T + 1) / 2 for dense softmax; the visited keys for sparse, the chunked form for linear). What
+        every budget counts: sweep --match=flops, plan.py, the run log's train_flops."""
         seq_len = seq_len or self.config.block_size
         return 6 * self.num_params() + sum(b.attn.attn_flops_per_token(seq_len) for b in self.h)
 
+    def flops_per_token_palm(self, seq_len=None) -> float:
+        """Training FLOPs per token under PaLM's convention (Chowdhery et al. 2022, appendix B): 6N plus
+        12 * H * D * T per layer for dense softmax, the causal half not subtracted (each layer's
+        attn_flops_per_token_palm). For MFU only, so that it compares with published figures."""
+        seq_len = seq_len or self.config.block_size
+        return 6 * self.num_params() + sum(b.attn.attn_flops_per_token_palm(seq_len) for b in self.h)
+
     def estimate_mfu(self, tokens_per_sec: float, device: torch.device):
-        """Model FLOPs utilization against the device's bf16 dense peak; None when unknown (CPU)."""
+        """Model FLOPs utilization against the device's bf16 dense peak, with FLOPs counted by PaLM's
+        convention (flops_per_token_palm); None when the peak is unknown (CPU)."""
         peak = device_peak_flops(device)
-        return None if peak is None else self.flops_per_token() * tokens_per_sec / peak
+        return None if peak is None else self.flops_per_token_palm() * tokens_per_sec / peak
 
 
 # bf16 dense tensor-core peaks (FLOP/s), matched by substring of the CUDA device name

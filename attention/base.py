@@ -27,8 +27,20 @@ on `Attention` (the ones without a default must be written by every variant):
                                       it. Default False.
     context_within_block_size: bool   the variant is defined only up to block_size tokens, so
                                       decoding cannot slide past it. Default False.
-    attn_flops_per_token(seq_len)     training FLOPs of the attention itself, for MFU. Default:
-                                      softmax over all seq_len keys.
+    attn_flops_per_token(seq_len)     training FLOPs (forward + backward) of the attention itself as the
+                                      variant computes it, what every budget counts (sweep --match=flops,
+                                      plan.py, the run log's train_flops): the causal (query, key) pairs
+                                      only. Default pair_flops() x mean_keys_per_query(seq_len).
+    attn_flops_per_token_palm(seq_len)
+                                      the same by PaLM's convention, every key a query may score (causal
+                                      half not subtracted): for MFU only. Default pair_flops() x
+                                      keys_per_query(seq_len). The recurrent variants override both.
+    keys_per_query(seq_len)           the most keys one query scores: seq_len by default (dense softmax);
+                                      None for a layer that reads a state instead of keys.
+    mean_keys_per_query(seq_len)      the keys a query scores averaged over positions 0..seq_len-1,
+                                      causal pairs only. Default (seq_len + 1) / 2.
+    pair_flops()                      training FLOPs per (query, key) pair over all heads. Default
+                                      3 x 4 x n_head x head_dim (q.k and p.v).
     kernel_cases() -> {path: (kernel module, supports() arguments)}: every path the forward
                                       runs ("forward": training and prefill; "decode": new tokens
                                       against a cache; a variant's own, e.g. moba "gathered"), with
@@ -126,11 +138,34 @@ class Attention(nn.Module):
         """What runs for `path` on `device`: triton, sdpa or naive."""
         return self.impl_choices(device)[path].used
 
+    # ---- training FLOPs: as computed (budgets) and PaLM's convention (MFU) ----
+    def pair_flops(self) -> int:
+        """Training FLOPs (forward + backward = 3x forward) of one (query, key) pair over all heads:
+        q.k and p.v, 2 * head_dim each (one multiply-add is 2 FLOPs)."""
+        return 3 * 4 * self.n_head * self.head_dim
+
+    def keys_per_query(self, seq_len: int) -> int | None:
+        """The most keys one query scores over seq_len tokens, with no causal saving: all of them for
+        dense softmax. None for a layer that reads a state instead (the recurrent ones)."""
+        return seq_len
+
+    def mean_keys_per_query(self, seq_len: int) -> float:
+        """Keys a query scores, averaged over positions 0..seq_len-1, counting only the causal pairs
+        (query t reads keys 0..t): (seq_len + 1) / 2 for dense softmax."""
+        return (seq_len + 1) / 2
+
     def attn_flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs (forward + backward = 3x forward) per token of the attention itself,
-        beyond the weight matmuls that 6N counts: for MFU. Softmax over all seq_len keys
-        (PaLM's convention, causal half not subtracted): q.k and p.v, 2*D each per key and head."""
-        return 3 * 4 * self.n_head * self.head_dim * seq_len
+        """Training FLOPs per token of the attention itself (beyond the weight matmuls that 6N counts)
+        as this variant computes it: only the pairs its mask keeps, so that budgets matched on FLOPs
+        (sweep --match=flops, plan.py) compare the work each variant does. Dense causal softmax
+        computes half the score matrix, (seq_len + 1) / 2 keys per query on average."""
+        return self.pair_flops() * self.mean_keys_per_query(seq_len)
+
+    def attn_flops_per_token_palm(self, seq_len: int) -> float:
+        """The same under PaLM's MFU convention (Chowdhery et al. 2022, appendix B): every query billed
+        for all the keys it may score, causal half not subtracted (12 x H x D x T for dense softmax),
+        so that MFU compares with published figures. For MFU only; budgets use attn_flops_per_token."""
+        return self.pair_flops() * self.keys_per_query(seq_len)
 
     # ---- what every variant sets up and uses the same way ----
     def setup_output_and_positions(self, config):
@@ -180,6 +215,21 @@ class Attention(nn.Module):
     def convert_from_mha(cls, state, prefix, config) -> float:
         raise ValueError(f"attention={config.attention} cannot be converted from MHA weights; "
                          "choose mha, gqa, mqa or mla")
+
+
+def chunk_lengths(seq_len: int, block: int) -> list:
+    """The lengths of the blocks of `block` tokens that cut seq_len (the last one may be short)."""
+    return [min(block, seq_len - start) for start in range(0, seq_len, block)]
+
+
+def mean_keys_in_blocks(seq_len: int, block: int, earlier=lambda b: 0) -> float:
+    """Keys per query, averaged over positions 0..seq_len-1, when the sequence is cut into blocks of
+    `block` tokens and a query of block b reads its own block causally (its offset + 1 keys) and
+    earlier(b) whole earlier blocks: the count BigBird's and MoBA's blocks and the chunked
+    recurrent forms (earlier 0: the causal pairs within a chunk) share, so it is written once.
+    Dense causal attention is one block of seq_len, (seq_len + 1) / 2."""
+    total = sum(n * (n + 1) // 2 + n * block * earlier(b) for b, n in enumerate(chunk_lengths(seq_len, block)))
+    return total / seq_len
 
 
 def relative_error(exact, approx) -> float:

@@ -53,7 +53,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.base import QKVAttention, attend
+from attention.base import QKVAttention, attend, mean_keys_in_blocks
 from attention.positional import alibi_bias
 
 
@@ -104,6 +104,9 @@ class BlockSparseAttention(QKVAttention):
         super().__init__(config, layer_idx)
         self.block_size = config.block_size       # longest sequence / cache the layout covers
         self.sparse_block = config.sparse_block
+        # the layout's rules, kept for the FLOPs count (mean_keys_per_query)
+        self.sparse_window, self.sparse_global, self.sparse_random = (config.sparse_window, config.sparse_global,
+                                                                      config.sparse_random)
         n = n_blocks_for(config)
         self.register_buffer("block_idx", torch.empty(0, dtype=torch.long), persistent=False)
         self.register_buffer("block_count", torch.empty(0, dtype=torch.long), persistent=False)
@@ -183,8 +186,13 @@ class BlockSparseAttention(QKVAttention):
         n = self._max_selected[min(len(self._max_selected), -(-seq_len // self.sparse_block)) - 1]
         return min(seq_len, n * self.sparse_block)
 
-    def attn_flops_per_token(self, seq_len: int) -> float:
-        return super().attn_flops_per_token(self.keys_per_query(seq_len))
+    def mean_keys_per_query(self, seq_len: int) -> float:
+        """Keys of the selected blocks, causal pairs only, averaged over positions: query block b reads
+        its diagonal block causally and its other selected blocks, all earlier and whole (random blocks
+        come from the earlier ones), whatever the draw: selected_block_counts gives how many."""
+        counts = selected_block_counts(-(-seq_len // self.sparse_block), self.sparse_window, self.sparse_global,
+                                       self.sparse_random)
+        return mean_keys_in_blocks(seq_len, self.sparse_block, lambda b: counts[b] - 1)
 
     # ---- the token-level mask and the dense path (reference and decoding) ----
     def token_keep(self, q_pos, k_pos):

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention.base import Attention
+from attention.base import Attention, chunk_lengths, mean_keys_in_blocks
 from attention.cache import ConvStateCache
 from attention.record import record_linear
 from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
@@ -145,9 +145,26 @@ class DeltaNet(Attention):
         H, D = self.n_head, self.head_dim
         return H * D * D + (self.conv_size - 1) * 3 * H * D
 
+    def keys_per_query(self, seq_len: int) -> None:
+        return None  # reads a state, not keys
+
+    def chunked_flops(self, product_keys: float, solve: float) -> float:
+        """Training FLOPs per token of the chunked form (forward x 3), per head: the five chunk products
+        K K^T, Q K^T, W = T K, U = T V and the scores times U' (2*D per key, product_keys keys in all),
+        the triangular solve (`solve`), u = U - W S, q S and k^T u (2*D*D each), the conv (2 per tap
+        and channel, 3*D channels)."""
+        D = self.head_dim
+        return 3 * self.n_head * (2 * D * product_keys + solve + 6 * D * D + 6 * self.conv_size * D)
+
     def attn_flops_per_token(self, seq_len: int) -> float:
-        """The chunked form per token and head (forward; training 3x): K K^T, Q K^T, W = T K, U = T V and
-        the scores times U' (2*D*C each), the triangular solve (~C*C), u = U - W S, q S and k^T u
-        (2*D*D each), and the conv (2 * taps per channel)."""
-        D, C = self.head_dim, min(self.chunk, seq_len)
-        return 3 * self.n_head * (10 * D * C + C * C + 6 * D * D + 2 * self.conv_size * 3 * D)
+        """As computed: every chunk product is triangular, so a query reads the earlier keys of its chunk,
+        (chunk + 1) / 2 on average (one fewer in the strictly lower K K^T); the unit-triangular solve of
+        (I + A) T = diag(beta) fills each row of T only up to the diagonal: (n^3 - n) / 3 per chunk of n."""
+        keys = mean_keys_in_blocks(seq_len, self.chunk)
+        solve = sum(n ** 3 - n for n in chunk_lengths(seq_len, self.chunk)) / 3 / seq_len
+        return self.chunked_flops(5 * keys - 1, solve)
+
+    def attn_flops_per_token_palm(self, seq_len: int) -> float:
+        """PaLM's convention (MFU only): the chunk's whole square in each product and a dense solve."""
+        C = min(self.chunk, seq_len)
+        return self.chunked_flops(5 * C, C * C)

@@ -52,7 +52,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attention.base import Attention
+from attention.base import Attention, mean_keys_in_blocks
 from attention.cache import StateCache
 from attention.record import record_linear
 from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step, softmax_pair_inputs
@@ -233,11 +233,23 @@ class LinearFamilyAttention(Attention):
         """One fp32 state per KV head; max_len is not needed (the state never grows)."""
         return StateCache((batch_size, self.n_kv_head, self.head_dim, self.state_dim), device)
 
+    def keys_per_query(self, seq_len: int) -> None:
+        return None  # reads a state, not keys
+
+    def chunked_flops(self, intra_keys: float) -> float:
+        """Training FLOPs per token of the chunked form: q.k and A.v over intra_keys keys of its chunk
+        (2*D each per query head), q.S and the state update k^T v (2*D*D per query head / per KV head)."""
+        D = self.head_dim
+        return 3 * (4 * self.n_head * D * intra_keys + 2 * (self.n_head + self.n_kv_head) * D * D)
+
     def attn_flops_per_token(self, seq_len: int) -> float:
-        """Chunked form per token: q.k and A.v within its chunk (2*D*chunk each), q.S and the
-        state update k^T v (2*D*D per query head / per KV head)."""
-        D, C = self.head_dim, min(self.chunk, seq_len)
-        return 3 * (4 * self.n_head * D * C + 2 * (self.n_head + self.n_kv_head) * D * D)
+        """As computed: within its chunk a query reads only the earlier keys (A is lower triangular),
+        (chunk + 1) / 2 on average, as dense softmax is billed its causal half."""
+        return self.chunked_flops(mean_keys_in_blocks(seq_len, self.chunk))
+
+    def attn_flops_per_token_palm(self, seq_len: int) -> float:
+        """PaLM's convention (MFU only): the chunk's whole square, causal half not subtracted."""
+        return self.chunked_flops(min(self.chunk, seq_len))
 
     def cache_elems_per_token(self) -> int:
         return 0  # constant state: see cache_state_elems

@@ -227,9 +227,9 @@ class MultiHeadLatentAttention(Attention):
         return KVCache(batch_size, self.n_head, max_len, self.qk_nope_head_dim + self.rope_head_dim,
                        self.v_head_dim, device, dtype)
 
-    def attn_flops_per_token(self, seq_len: int) -> float:
-        """Training runs the expanded form: q.k over d_h + d_r, p.v over d_v."""
-        return 3 * 2 * self.n_head * (self.qk_nope_head_dim + self.rope_head_dim + self.v_head_dim) * seq_len
+    def pair_flops(self) -> int:
+        """Training runs the expanded form (dense causal softmax): q.k over d_h + d_r, p.v over d_v."""
+        return 3 * 2 * self.n_head * (self.qk_nope_head_dim + self.rope_head_dim + self.v_head_dim)
 
     def cache_elems_per_token(self) -> int:
         if self.mla_decode == "absorbed":

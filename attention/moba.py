@@ -35,7 +35,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attention.base import QKVAttention, attend
+from attention.base import QKVAttention, attend, mean_keys_in_blocks
 from attention.positional import alibi_bias
 
 
@@ -177,7 +177,19 @@ class MixtureOfBlockAttention(QKVAttention):
         """Keys each query reads: its k chosen blocks and its own (at most seq_len)."""
         return min(seq_len, (self.topk + 1) * self.sparse_block)
 
+    def mean_keys_per_query(self, seq_len: int) -> float:
+        """Keys read, causal pairs only, averaged over positions: a query of block b reads its own block
+        causally and min(moba_topk, b) whole earlier blocks (every earlier block has a finite gate, so
+        the choice always fills), whichever blocks it picks."""
+        return mean_keys_in_blocks(seq_len, self.sparse_block, lambda b: min(self.topk, b))
+
+    def gate_flops_per_token(self, seq_len: int) -> float:
+        """The gates, training FLOPs: one q . mean(k) per key block (seq_len / block of them, all scored
+        then masked) and head, beside the chosen keys; counted alike by both conventions."""
+        return 3 * 2 * self.n_head * self.head_dim * -(-seq_len // self.sparse_block)
+
     def attn_flops_per_token(self, seq_len: int) -> float:
-        # the gates: one dot per earlier block (seq_len / block of them) besides the chosen keys
-        gate = 3 * 2 * self.n_head * self.head_dim * -(-seq_len // self.sparse_block)
-        return super().attn_flops_per_token(self.keys_per_query(seq_len)) + gate
+        return super().attn_flops_per_token(seq_len) + self.gate_flops_per_token(seq_len)
+
+    def attn_flops_per_token_palm(self, seq_len: int) -> float:
+        return super().attn_flops_per_token_palm(seq_len) + self.gate_flops_per_token(seq_len)

@@ -111,8 +111,10 @@ class SlidingWindowAttention(QKVAttention):
     def keys_per_query(self, seq_len: int) -> int:
         return min(seq_len, self.window)
 
-    def attn_flops_per_token(self, seq_len: int) -> float:
-        return super().attn_flops_per_token(self.keys_per_query(seq_len))
+    def mean_keys_per_query(self, seq_len: int) -> float:
+        """Query t reads min(t + 1, W) keys: the first W queries fill the window, the rest read all of it."""
+        W = min(seq_len, self.window)
+        return (W * (W + 1) / 2 + (seq_len - W) * W) / seq_len
 
     def kernel_cases(self) -> dict:
         module, case = super().kernel_cases()["forward"]

@@ -65,18 +65,27 @@ def test_params_flops_and_cache_equal_the_real_small_models(tmp_path):
             assert batch == 3 * allocated
 
 
-def test_default_run_at_block_size_matches_the_mfu_count(tmp_path):
-    """At context = block_size the planner's FLOPs are exactly what the model's MFU uses."""
+def test_default_run_at_block_size_matches_the_model_counts(tmp_path):
+    """At context = block_size the planner's FLOPs are exactly what the run logs (as computed) and what
+    its MFU uses (PaLM's count)."""
     rows = run_plan(tmp_path, *VARIANT_CONFIGS, "--context=64", "--vocab_size=65")
     for path, row in zip(VARIANT_CONFIGS, rows):
-        assert row["train_flops_per_token"] == real_model(path).flops_per_token(), path
+        model = real_model(path)
+        assert row["train_flops_per_token"] == model.flops_per_token(), path
+        assert row["palm_flops_per_token"] == model.flops_per_token_palm(), path
 
 
-def test_softmax_attention_flops_follow_palm(tmp_path):
-    """Independent count: 12 * layers * heads * head_dim * context for full softmax attention."""
-    rows = run_plan(tmp_path, "config/mha.py", "config/gqa.py", "config/mqa.py", *SEVEN_B, "--context=4096")
+def test_softmax_attention_flops_count_the_causal_half_and_the_step_time_palms(tmp_path):
+    """Independent counts: 12 * layers * heads * head_dim per causal (query, key) pair, T(T+1)/2 pairs
+    over T tokens; the step time at an MFU bills PaLM's 12 * L * H * D * T (every key)."""
+    T = 4096
+    rows = run_plan(tmp_path, "config/mha.py", "config/gqa.py", "config/mqa.py", *SEVEN_B, f"--context={T}",
+                    "--mfu=0.5", "--peak_tflops=1000")
     for row in rows:
-        assert row["attn_flops_per_token"] == 12 * 32 * 32 * 128 * 4096
+        assert row["attn_flops_per_token"] == 12 * 32 * 32 * 128 * (T * (T + 1) // 2) / T
+        palm = 6 * row["params"] + 12 * 32 * 32 * 128 * T
+        assert row["palm_flops_per_token"] == palm
+        assert row["train_step_s"] == pytest.approx(T * palm / (1000e12 * 0.5))
 
 
 def test_bigbird_keys_per_query_from_the_drawn_layout(tmp_path):

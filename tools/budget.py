@@ -5,7 +5,10 @@
             (c_fc and c_proj), so two builds on the meta device give the slope and one division
             the width
     flops   max_iters (and lr_decay_iters, in proportion) so that training FLOPs, flops_per_token
-            (6N + attention, model.py) x tokens per iteration x iterations, equal the reference's
+            (6N + attention as each variant computes it, causal pairs only: model.py) x tokens per
+            iteration x iterations, equal the reference's. Not PaLM's count (flops_per_token_palm,
+            for MFU), which bills dense softmax all T keys and so hands sparse and linear variants
+            more steps than the work they save
     time    max_iters from a measured throughput probe (sweep.py runs it), so that every config
             gets the reference's wall-clock budget on this machine
 
@@ -21,6 +24,9 @@ from trainer.settings import MODEL_KEYS
 
 MATCHES = ("params", "flops", "time")
 PARAMS_TOLERANCE = 0.01  # |params - reference| / reference after solving mlp_hidden
+# What --match=flops counts, recorded in a sweep's plan.json: a sweep matched under PaLM's count (before
+# this was recorded) is then refused rather than resumed with its old budgets.
+FLOPS_COUNT = "as computed: causal pairs"
 
 
 def parse_match(text):

@@ -163,7 +163,8 @@ def report_markdown(groups, metric="auto", margin=0.01, plan=None):
               f"difference of mean best val loss to {ref_name}; the paired statistics below decide. Test: the "
               "loss of best.pt (selected on val) over every window of the test split. KV cache grows per token "
               "(all layers); constant state is the decoding state that does not grow with length (GLA's "
-              "recurrent state, fp32). Train TFLOPs: flops_per_token (6N + attention) x tokens trained."), ""]
+              "recurrent state, fp32). Train TFLOPs: flops_per_token (6N + attention, causal pairs only) x tokens "
+              "trained, as each run logged it (runs older than that count logged PaLM's, every key)."), ""]
     lines += accuracy_markdown(table)
     if len(groups) > 1:
         lines += paired_markdown(groups, choose_metric(groups, metric), margin) + [""]

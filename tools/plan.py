@@ -18,7 +18,8 @@ variants at the same width and depth. The other flags are the planner's own:
   --dtype        weights and K/V cache: bf16 | fp16 | fp32 | fp8 (default bf16)
   --peak_tflops  dense peak, TFLOP/s (default 989, an H100 SXM's bf16); 989TFLOP/s also reads
   --bandwidth    memory bandwidth (default 3.35TB/s, an H100 SXM's; a bare number is TB/s)
-  --mfu          model FLOPs utilization assumed for the step time (default 0.4)
+  --mfu          model FLOPs utilization assumed for the step time (default 0.4), in PaLM's count as
+                 train.py logs it (GPT.flops_per_token_palm)
   --vocab_size   vocabulary (default 50304, GPT-2's 50257 padded)
 A markdown table goes to stdout with the assumptions under it; --json FILE writes one object
 per config. Bad input is one line on stderr and exit status 2, before anything is planned.
@@ -151,7 +152,8 @@ def plan_row(path: str, model: GPT, opts: dict) -> dict:
     context, batch, itemsize = opts["context"], opts["batch"], opts["dtype"].itemsize
     params = model.num_params()
     attn_params = sum(p.numel() for b in model.h for p in b.attn.parameters())
-    flops = model.flops_per_token(context)
+    flops = model.flops_per_token(context)            # as computed: what budgets compare
+    palm = model.flops_per_token_palm(context)        # what MFU counts, so the step time at an MFU uses it
     keys = keys_per_query(model, context)
     per_token = model.cache_elems_per_token() * itemsize
     state = model.cache_state_elems() * StateCache.dtype.itemsize
@@ -168,8 +170,8 @@ def plan_row(path: str, model: GPT, opts: dict) -> dict:
     return {"variant": os.path.splitext(os.path.basename(path))[0], "attention": model.config.attention,
             "pos_encoding": model.config.pos_encoding, "params": params, "attn_params": attn_params,
             "context": context, "batch": batch, "train_flops_per_token": flops,
-            "attn_flops_per_token": flops - 6 * params,
-            "train_step_s": batch * context * flops / (opts["peak_tflops"] * opts["mfu"]),
+            "attn_flops_per_token": flops - 6 * params, "palm_flops_per_token": palm,
+            "train_step_s": batch * context * palm / (opts["peak_tflops"] * opts["mfu"]),
             "kv_cache_bytes_per_token": per_token, "kv_cache_bytes_per_seq": cache_seq,
             "cache_state_bytes": state, "weight_bytes": weight_bytes, "max_decode_batch": max_batch,
             "decode_tokens_per_sec_bound": decode_bound(batch),
@@ -183,9 +185,7 @@ def keys_per_query(model: GPT, context: int) -> int | None:
     """Keys the last query of a sequence of `context` tokens reads, the most over layers: all of them
     for dense attention, the window (swa), the selected or chosen blocks (BigBird, MoBA); None for a
     layer that reads a state instead (GLA)."""
-    keys = [b.attn.keys_per_query(context) if hasattr(b.attn, "keys_per_query") else
-            None if b.attn.cache_elems_per_token() == 0 else context for b in model.h]
-    keys = [k for k in keys if k is not None]
+    keys = [k for k in (b.attn.keys_per_query(context) for b in model.h) if k is not None]
     return max(keys) if keys else None
 
 
@@ -230,10 +230,12 @@ def print_assumptions(opts: dict):
 Assumptions: context {c:,} tokens; weights and K/V cache in {dt} ({opts['dtype'].itemsize} bytes), GLA's state
 in fp32 as the model keeps it; vocab_size {opts['vocab_size']:,} (--vocab_size to change).
 - params: every parameter, the tied embedding once; attn params: the attention layers only.
-- train FLOPs/token: 6 x params + each layer's attention over {c:,} keys (BigBird, MoBA: their selected keys,
-  MoBA's block gates too; swa: its window; GLA: its chunk and state), the count the model's MFU uses
-  (GPT.flops_per_token; causal half not subtracted).
-  Step time: batch x context x FLOPs / ({opts['peak_tflops'] / 1e12:g} TFLOP/s x MFU {opts['mfu']:g}).
+- train FLOPs/token: 6 x params + each layer's attention at context {c:,} as the variant computes it, causal
+  pairs only (dense softmax (context + 1) / 2 keys per query on average; BigBird, MoBA: the keys of the blocks
+  each query visits, MoBA's block gates too; swa: its window; GLA: its chunk and state): GPT.flops_per_token,
+  what budgets compare (sweep --match=flops).
+  Step time: batch x context x FLOPs by PaLM's convention (GPT.flops_per_token_palm: every key of the context,
+  causal half not subtracted, the count MFU uses) / ({opts['peak_tflops'] / 1e12:g} TFLOP/s x MFU {opts['mfu']:g}).
 - memory {opts['memory'] / 1e9:g} GB holds the weights, then the decode cache of each sequence (cache/seq +
   state/seq); activations, framework overhead and fragmentation are not counted: max decode batch is an upper limit.
 - decode tok/s <=: memory-bound at {opts['bandwidth'] / 1e12:g} TB/s: each step reads all weights once and each

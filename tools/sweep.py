@@ -337,6 +337,8 @@ def plan_inputs(configs, opts, overrides):
     inputs = {"configs": configs, "overrides": overrides, "match": list(opts["match"]), "lr_grid": opts["lr_grid"],
               "lr_fraction": opts["lr_fraction"] if opts["lr_grid"] else None,
               "probe_iters": opts["probe_iters"] if "time" in opts["match"] else None}
+    if "flops" in opts["match"]:  # a plan matched under another FLOPs count (older plans: none said) is refused
+        inputs["flops_count"] = budget.FLOPS_COUNT
     return {**inputs, "lr_from": opts["lr_from"]} if opts["lr_from"] else inputs  # older plans have no such key
 
 

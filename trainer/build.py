@@ -55,7 +55,7 @@ def build_model(tc, gptconf, dist, checkpoint, ptdtype):
     else:  # the same conversion load_settings checked, now with the weights
         raw = from_pretrained(tc.init_from, **{k: getattr(gptconf, k) for k in OVERRIDABLE}).to(dist.device)
     raw.n_params = raw.num_params()  # before sharding: counts whole tensors
-    raw.train_flops_per_token = raw.flops_per_token()  # likewise (6N + attention, at block_size)
+    raw.train_flops_per_token = raw.flops_per_token()  # likewise (6N + attention as computed, at block_size)
     if dist.strategy == "fsdp":
         shard_model(raw, ptdtype)
     device_type = dist.device.split(":")[0]
