@@ -237,10 +237,14 @@ def rope_base_lower_bound(head_dim, context, per_decade=100, max_base=1e12):
     similar key far away only while B(m) = sum_i cos(m theta_i) >= 0 for every distance m up to
     the context. The smallest base on a log grid (per_decade points per factor 10) for which it
     holds at all m in [0, context]; None if none up to max_base."""
-    m = torch.arange(context + 1, dtype=torch.float64)[:, None]
-    for base in np.logspace(0.1, math.log10(max_base), int((math.log10(max_base) - 0.1) * per_decade) + 1):
-        if (torch.cos(m * rope_inv_freq(head_dim, float(base))[None, :]).sum(dim=1) >= 0).all():
-            return float(base)
+    m = torch.arange(context + 1, dtype=torch.float64)[None, :, None]
+    bases = np.logspace(0.1, math.log10(max_base), int((math.log10(max_base) - 0.1) * per_decade) + 1)
+    per_op = max(1, 2 ** 22 // ((context + 1) * max(1, head_dim // 2)))   # ~32 MB of fp64 per tensor op
+    for chunk in np.array_split(bases, math.ceil(len(bases) / per_op)):   # in order: the first that holds
+        inv_freq = torch.stack([rope_inv_freq(head_dim, float(b)) for b in chunk])[:, None, :]
+        holds = (torch.cos(m * inv_freq).sum(dim=2) >= 0).all(dim=1)
+        if holds.any():
+            return float(chunk[int(holds.nonzero()[0])])
     return None
 
 

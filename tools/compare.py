@@ -9,7 +9,8 @@ Runs of one config are the run folders whose names differ only in a -s<seed> suf
 RUN_DIR/summary.json, log.jsonl and, when sweep.py wrote it, test_eval.json (the test loss of
 its best.pt), through trainer.rundir.Run. Writes OUT/report.md:
   - per config: n, mean ± sample std of best and final val loss and of test loss, throughput,
-    memory, cache, training FLOPs;
+    memory, cache (bytes per token in bf16, this repo's one convention; the state in fp32),
+    training FLOPs;
   - per config against the first: the paired difference over shared seeds (--metric: the test
     loss when every run has one, else the best val loss), its 95% t interval, Holm-corrected
     p, the equivalence test against --margin and a verdict (tools/stats.py);
@@ -32,6 +33,7 @@ from trainer.rundir import RunError, load_run, settings_differ
 
 SEED_SUFFIX = re.compile(r"-s(\d+)$")
 METRICS = {"test": "test_loss", "best_val": "best_val_loss", "final_val": "final_val_loss"}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}   # summary.json's dtype -> bytes per element
 
 
 def config_name(run_name):
@@ -61,6 +63,16 @@ def mean_std(values):
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None), len(values)
 
 
+def cache_bytes_bf16(summary):
+    """The KV cache bytes per token of a run in this repo's one convention, bf16 (2 bytes an element):
+    summary.json states them in the dtype the run trained in. None where that dtype is not recorded."""
+    stated = summary.get("kv_cache_bytes_per_token")
+    itemsize = DTYPE_BYTES.get(summary.get("dtype"))
+    if stated == 0:
+        return 0
+    return None if stated is None or itemsize is None else stated // itemsize * 2
+
+
 def group_stats(runs):
     """The numbers of one config's row."""
     s0 = runs[0][1]
@@ -69,7 +81,7 @@ def group_stats(runs):
            for key in ("best_val_loss", "final_val_loss", "test_loss", "tokens_per_sec", "peak_mem_bytes",
                        "wall_s", "iters", "train_flops", "best_val_acc", "final_val_acc", "test_acc")}
     return {"n": len(runs), "attention": s0.get("attention"), "pos_encoding": s0.get("pos_encoding"),
-            "params": s0.get("params"), "kv_cache_bytes_per_token": s0.get("kv_cache_bytes_per_token"),
+            "params": s0.get("params"), "kv_cache_bytes_per_token": cache_bytes_bf16(s0),
             "cache_state_bytes": s0.get("cache_state_bytes"), **col}
 
 
@@ -84,9 +96,21 @@ def fmt_ms(stat, spec, scale=1.0):
     return f"{format(mean / scale, spec)} ± {'-' if std is None else format(std / scale, spec)}"
 
 
-def table_row(name, st, ref_name, ref):
+def runs_header(ref_name):
+    """The header of the per-config table (report.md's first, and the docs' study tables)."""
+    return [("| config | n | attention | pos | params | best val (mean ± std) | final val (mean ± std) "
+             f"| test (mean ± std) | Δ best vs {ref_name} | tokens/s | peak mem (MB) | KV cache B/token (bf16) "
+             "| constant state B (fp32) | iters | train TFLOPs | wall (s, mean) |"), "|" + "---|" * 16]
+
+
+def delta_cell(name, st, ref_name, ref):
+    """The unpaired difference of mean best val loss to the reference, as its column prints it."""
     a, b = st["best_val_loss"][0], ref["best_val_loss"][0]
-    delta = "(reference)" if name == ref_name else ("-" if a is None or b is None else f"{a - b:+.4f}")
+    return "(reference)" if name == ref_name else ("-" if a is None or b is None else f"{a - b:+.4f}")
+
+
+def table_row(name, st, delta):
+    """One config's row of the runs_header table; delta is the Δ column's text (delta_cell)."""
     params = fmt(st['params'] and st['params'] / 1e6, '.2f')
     flops = fmt(st["train_flops"][0] and st["train_flops"][0] / 1e12, ".2f")
     return (f"| {name} | {st['n']} | {st['attention']} | {st['pos_encoding']} | {params}M | "
@@ -118,11 +142,9 @@ def paired_rows(groups, key, margin):
     return dict(zip(names, stats.verdicts(rows, margin)))
 
 
-def paired_markdown(groups, key, margin):
-    ref_name = next(iter(groups))
-    rows = paired_rows(groups, key, margin)
-    lines = [f"Paired differences against {ref_name} ({key}; per seed, config minus {ref_name}):", "",
-             "| config | pairs | mean Δ | 95% CI | p (Holm) | equivalence p (Holm, ±margin) | verdict "
+def paired_table(rows):
+    """{config: paired_rows' statistics or None} as the table of paired differences (header and rows)."""
+    lines = ["| config | pairs | mean Δ | 95% CI | p (Holm) | equivalence p (Holm, ±margin) | verdict "
              "| seeds to resolve |", "|" + "---|" * 8]
     for name, r in rows.items():
         if r is None:
@@ -130,13 +152,23 @@ def paired_markdown(groups, key, margin):
             continue
         need = "-" if r["verdict"] != "undetermined" else (f"{r['seeds_needed']}" if r["seeds_needed"]
                                                            else f"> {stats.MAX_SEEDS}")
-        lines.append(f"| {name} | {r['n']} | {r['mean']:+.4f} | [{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}] | "
+        lines.append(f"| {name} | {r['n']} | {r['mean']:+.4f} | {stats.fmt_ci(r['ci95'])} | "
                      f"{r['p_holm']:.3g} | {r['p_equiv_holm']:.3g} | {r['verdict']} | {need} |")
+    return lines
+
+
+def paired_markdown(groups, key, margin):
+    ref_name = next(iter(groups))
+    rows = paired_rows(groups, key, margin)
+    lines = [f"Paired differences against {ref_name} ({key}; per seed, config minus {ref_name}):", ""]
+    lines += paired_table(rows)
     lines += ["", (f"Two-sided paired t-test and two one-sided tests (margin ±{margin:g} nats), each Holm-corrected "
                    f"over the {len(rows)} comparisons at alpha {stats.ALPHA:g}; 'seeds to resolve': the fewest "
                    f"seeds that would show a difference or the equivalence at {stats.POWER:.0%} power if the "
                    "observed mean and sd held (before the Holm correction).")]
     return lines
+
+
 def accuracy_markdown(table):
     """Datasets of examples (e.g. MQAR): accuracy on the counted targets, beside the loss above."""
     if not any(st["best_val_acc"][0] is not None for st in table.values()):
@@ -154,17 +186,15 @@ def report_markdown(groups, metric="auto", margin=0.01, plan=None):
     """The report.md text for {config: runs}; the first config is the reference for differences."""
     table = {name: group_stats(runs) for name, runs in groups.items()}
     ref_name = next(iter(table))
-    lines = [("| config | n | attention | pos | params | best val (mean ± std) | final val (mean ± std) "
-             f"| test (mean ± std) | Δ best vs {ref_name} | tokens/s | peak mem (MB) | KV cache B/token "
-             "| constant state B | iters | train TFLOPs | wall (s, mean) |"),
-             "|" + "---|" * 16]
-    lines += [table_row(name, st, ref_name, table[ref_name]) for name, st in table.items()]
+    lines = runs_header(ref_name)
+    lines += [table_row(name, st, delta_cell(name, st, ref_name, table[ref_name])) for name, st in table.items()]
     lines += ["", (f"n runs per config (seeds); mean ± sample std (n-1), '-' where n = 1. Δ is the unpaired "
               f"difference of mean best val loss to {ref_name}; the paired statistics below decide. Test: the "
-              "loss of best.pt (selected on val) over every window of the test split. KV cache grows per token "
-              "(all layers); constant state is the decoding state that does not grow with length (GLA's "
-              "recurrent state, fp32). Train TFLOPs: flops_per_token (6N + attention, causal pairs only) x tokens "
-              "trained, as each run logged it (runs older than that count logged PaLM's, every key)."), ""]
+              "loss of best.pt (selected on val) over every window of the test split. KV cache: bytes per token "
+              "(all layers) in bf16, 2 bytes an element whatever dtype the run trained in; constant state: the "
+              "decoding state that does not grow with length (the linear family's recurrent state), fp32 as the "
+              "model keeps it. Train TFLOPs: flops_per_token (6N + attention, causal pairs only) x tokens trained, "
+              "as each run logged it (runs older than that count logged PaLM's, every key)."), ""]
     lines += accuracy_markdown(table)
     if len(groups) > 1:
         lines += paired_markdown(groups, choose_metric(groups, metric), margin) + [""]
@@ -179,13 +209,17 @@ def plan_markdown(plan):
     inputs = plan.get("inputs", {})
     match = ", ".join(inputs.get("match") or []) or "nothing (every config as written)"
     grid = inputs.get("lr_grid")
-    lines = [f"Budget: matched {match} against the first config"
-             + (f"; learning rate tuned per config over {', '.join(f'{g:g}' for g in grid)} (one seed, "
-                f"{inputs.get('lr_fraction'):g} of the budget, best val loss)" if grid else
-                "; one learning rate for all (not tuned)") + ".", "",
-             "| config | params | overrides | FLOPs/token | probe tokens/s | lr grid (best val) | lr |",
+    return [f"Budget: matched {match} against the first config"
+            + (f"; learning rate tuned per config over {', '.join(f'{g:g}' for g in grid)} (one seed, "
+               f"{inputs.get('lr_fraction'):g} of the budget, best val loss)" if grid else
+               "; one learning rate for all (not tuned)") + ".", ""] + plan_table(plan.get("configs", {}))
+
+
+def plan_table(configs):
+    """plan.json's configs as a table: parameters, overrides, FLOPs, the lr grid and the lr chosen."""
+    lines = ["| config | params | overrides | FLOPs/token | probe tokens/s | lr grid (best val) | lr |",
              "|---|---|---|---|---|---|---|"]
-    for name, e in plan.get("configs", {}).items():
+    for name, e in configs.items():
         grid_cells = ", ".join(f"{lr}: {v:.4f}" for lr, v in (e.get("lr_grid") or {}).items()) or "-"
         lines.append(f"| {name} | {fmt(e.get('params'), ',')} | {' '.join(e.get('overrides', [])) or '-'} | "
                      f"{fmt(e.get('flops_per_token'), ',.0f')} | {fmt(e.get('probe_tokens_per_sec'), ',.0f')} | "

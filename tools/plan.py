@@ -207,21 +207,23 @@ def fmt_rate(r) -> str:
     return "does not fit" if r is None else f"{r:,.0f}"
 
 
-def print_table(rows: list, opts: dict):
-    b = opts["batch"]
-    print(f"| variant | attention | params | attn params | train GFLOP/token (attn) | train step s (batch {b}) "
-          f"| cache/token | cache/seq | state/seq | max decode batch | decode tok/s <= (batch {b}) "
-          f"| decode tok/s <= (max batch) | keys/query |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def table_lines(rows: list, opts: dict) -> list:
+    """The plan as a markdown table; the cache columns name the dtype they are counted in."""
+    b, dt = opts["batch"], opts["dtype_name"]
+    lines = [f"| variant | attention | params | attn params | train GFLOP/token (attn) | train step s (batch {b}) "
+             f"| cache/token ({dt}) | cache/seq ({dt}) | state/seq (fp32) | max decode batch "
+             f"| decode tok/s <= (batch {b}) | decode tok/s <= (max batch) | keys/query |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        print(f"| {r['variant']} | {r['attention']}, {r['pos_encoding']} | {fmt_count(r['params'])} "
-              f"| {fmt_count(r['attn_params'])} | {r['train_flops_per_token'] / 1e9:.3g} "
-              f"({r['attn_flops_per_token'] / r['train_flops_per_token']:.0%}) | {r['train_step_s']:.3g} "
-              f"| {fmt_bytes(r['kv_cache_bytes_per_token'])} | {fmt_bytes(r['kv_cache_bytes_per_seq'])} "
-              f"| {fmt_bytes(r['cache_state_bytes'])} | {r['max_decode_batch']:,} "
-              f"| {fmt_rate(r['decode_tokens_per_sec_bound'])} "
-              f"| {fmt_rate(r['decode_tokens_per_sec_bound_max_batch'])} "
-              f"| {r['keys_per_query'] or '-'} |")
+        lines.append(f"| {r['variant']} | {r['attention']}, {r['pos_encoding']} | {fmt_count(r['params'])} "
+                     f"| {fmt_count(r['attn_params'])} | {r['train_flops_per_token'] / 1e9:.3g} "
+                     f"({r['attn_flops_per_token'] / r['train_flops_per_token']:.0%}) | {r['train_step_s']:.3g} "
+                     f"| {fmt_bytes(r['kv_cache_bytes_per_token'])} | {fmt_bytes(r['kv_cache_bytes_per_seq'])} "
+                     f"| {fmt_bytes(r['cache_state_bytes'])} | {r['max_decode_batch']:,} "
+                     f"| {fmt_rate(r['decode_tokens_per_sec_bound'])} "
+                     f"| {fmt_rate(r['decode_tokens_per_sec_bound_max_batch'])} "
+                     f"| {'-' if r['keys_per_query'] is None else format(r['keys_per_query'], ',')} |")
+    return lines
 
 
 def print_assumptions(opts: dict):
@@ -252,7 +254,7 @@ def main(argv=None):
         fail("no config files given: e.g. python -m tools.plan config/mha.py config/mla.py --context=32768")
     models = [build_planned_model(path, overrides, opts) for path in configs]  # all checked before any row
     rows = [plan_row(path, model, opts) for path, model in zip(configs, models)]
-    print_table(rows, opts)
+    print("\n".join(table_lines(rows, opts)))
     print_assumptions(opts)
     if opts["json"]:
         with open(opts["json"], "w") as f:

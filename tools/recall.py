@@ -125,7 +125,7 @@ def cell(g):
     if g["steps"] is not None:
         text += f"; stop_val_acc reached by {g['reached']}/{g['n']}, median step {g['steps']:,.0f}"
     if g["delta"] is not None:
-        text += f"; Δ {g['delta']:+.3f} [{g['delta_ci95'][0]:+.3f}, {g['delta_ci95'][1]:+.3f}]"
+        text += f"; Δ {stats.fmt_delta(g['delta'], g['delta_ci95'], 3)}"
     return text
 
 
@@ -136,8 +136,8 @@ def markdown(groups, chance, solved=SOLVED):
         mine = {(g["config"], g["row_len"], g["pairs"]): g for g in groups if g["width"] == width}
         configs = list(dict.fromkeys(g["config"] for g in groups if g["width"] == width))
         lines += [f"Width {width}:", "",
-                  "| config | params | bytes kept / sequence | " + " | ".join(f"{t} tokens, {p} pairs"
-                                                                        for t, p in cells) + " |",
+                  "| config | params | bytes kept / sequence (cache bf16 + state fp32) | "
+                  + " | ".join(f"{t} tokens, {p} pairs" for t, p in cells) + " |",
                   "|" + "---|" * (3 + len(cells))]
         for c in configs:
             first = next(g for g in mine.values() if g["config"] == c)

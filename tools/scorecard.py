@@ -9,7 +9,7 @@ the first config is the reference. Columns, each from where it is measured:
                 reference with its interval and verdict (tools.stats, as tools.compare reports it)
   recall        --mqar runs of the same config names: mean test accuracy of best.pt on MQAR (the
                 best val accuracy where a run has no test evaluation), with the number of
-                pairs from their dataset's meta.json
+                pairs from their dataset's meta.json (the column is left out without --mqar runs)
   extrapolation the first seed's loss at positions [L, F*L) of windows of F*L (--ext_factor F,
                 L its block_size) minus its sliding-window loss at L (stride L/2, tools.eval):
                 below 0, the model uses context past L; n/a where the model stops at L
@@ -92,25 +92,34 @@ def fmt(value, spec, missing="n/a"):
     return missing if value is None else format(value, spec)
 
 
-def markdown(rows, ref):
-    head = ("| config | attention | n | test loss ± 95% | Δ vs {ref} [95% CI] | MQAR acc (pairs) | past L − sliding "
-            "| cache B/token @ {c} | state B | train tok/s | decode ms/token |").format(ref=ref, c=rows[0]["context"])
-    lines = [head, "|" + "---|" * 11]
+def table_lines(rows, ref):
+    """The scorecard's table: one row per config; the MQAR column only where --mqar runs gave it."""
+    mqar = any(r["mqar_acc"] is not None for r in rows)
+    head = ["config", "attention", "n", "test loss ± 95%", f"Δ vs {ref} [95% CI]"] + (["MQAR acc (pairs)"] * mqar) + [
+        "past L − sliding", f"cache B/token @ {rows[0]['context']:,} (bf16)", "state B (fp32)", "train tok/s",
+        "decode ms/token"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         delta = "(reference)" if r["config"] == ref else (
-            f"{r['delta']:+.4f} [{r['delta_ci95'][0]:+.4f}, {r['delta_ci95'][1]:+.4f}] {r['verdict']}"
+            f"{stats.fmt_delta(r['delta'], r['delta_ci95'])} {r['verdict']}"
             if r["delta"] is not None else "undetermined (< 2 shared seeds)")
-        acc = f"{r['mqar_acc']:.3f} ({r['mqar_pairs']})" if r["mqar_acc"] is not None else "-"
-        lines.append(f"| {r['config']} | {r['attention']}, {r['pos_encoding']} | {r['n']} | "
-                     f"{fmt(r['loss'], '.4f')} ± {fmt(r['loss_ci95_half'], '.4f', '-')} | {delta} | {acc} | "
-                     f"{fmt(r['extrapolation'], '+.4f')} | {r['cache_bytes_per_token']:,.0f} | "
-                     f"{r['cache_state_bytes']:,} | {fmt(r['train_tokens_per_sec'], ',.0f')} | "
-                     f"{r['decode_ms_per_token']:.2f} |")
+        acc = [f"{r['mqar_acc']:.3f} ({r['mqar_pairs']})" if r["mqar_acc"] is not None else "-"] * mqar
+        cells = [r["config"], f"{r['attention']}, {r['pos_encoding']}", str(r["n"]),
+                 f"{fmt(r['loss'], '.4f')} ± {fmt(r['loss_ci95_half'], '.4f', '-')}", delta, *acc,
+                 fmt(r["extrapolation"], "+.3f"), f"{r['cache_bytes_per_token']:,.0f}", f"{r['cache_state_bytes']:,}",
+                 fmt(r["train_tokens_per_sec"], ",.0f"), f"{r['decode_ms_per_token']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(rows, ref):
+    lines = table_lines(rows, ref)
     lines += ["", f"Loss: {rows[0]['metric']} (best.pt, selected on val); Δ paired over shared seeds, Holm over "
               "the configs (tools.stats). Past L − sliding: loss at positions [L, F·L) minus the sliding-window "
-              "loss at L (first seed; < 0 uses context past L). Cache: bf16 bytes per token averaged over the "
-              "context (a window's cache stops growing), state: fp32 bytes that do not grow. Speed: as trained "
-              "(tokens/s) and measured now (decode: the median of the steps ending at block_size), on this machine."]
+              "loss at L (first seed; < 0 uses context past L; n/a where the model stops at L). Cache: bf16 bytes "
+              "per token averaged over the context (a window's cache stops growing), state: fp32 bytes that do "
+              "not grow. Speed: as trained (tokens/s) and measured now (decode: the median of the steps ending at "
+              "block_size), on this machine."]
     return "\n".join(lines) + "\n"
 
 

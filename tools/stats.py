@@ -71,6 +71,16 @@ def paired(diffs, margin):
     return {"n": n, "mean": mean, "sd": sd, "ci95": (mean - half, mean + half), "p": p, "p_equiv": p_equiv}
 
 
+def fmt_ci(ci, digits=4):
+    """'[-0.0239, +0.0163]': an interval with signs, as every table of differences prints it."""
+    return f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
+
+
+def fmt_delta(mean, ci, digits=4):
+    """'-0.0038 [-0.0239, +0.0163]': a difference and its interval."""
+    return f"{mean:+.{digits}f} {fmt_ci(ci, digits)}"
+
+
 def seeds_needed(mean, sd, margin):
     """Fewest seeds that would, at this mean and sd, show a difference (two-sided) or equivalence
     within ±margin with POWER; None when more than MAX_SEEDS would."""

@@ -124,10 +124,11 @@ def cell(entry, key, spec, scale=1.0):
     return format(entry[key] / scale, spec) if key in entry else "-"  # '-': not measured
 
 
-def markdown(rows, args):
-    lens, contexts = int_list(args.train_lens), int_list(args.contexts)
+def table_lines(rows, lens, contexts, cache_dtype="fp32, as run"):
+    """The table of rows (bench_variant's) at training lengths lens and decode contexts; the cache column
+    holds each row's last decode entry's cache_bytes, counted in cache_dtype (a constant state: fp32)."""
     head = (["variant", "params"] + [f"train tok/s T={t}" for t in lens] + [f"peak MiB T={t}" for t in lens]
-            + [f"decode ms/token @{c}" for c in contexts] + [f"cache @{contexts[-1]}"])
+            + [f"decode ms/token @{c}" for c in contexts] + [f"cache @{contexts[-1]} ({cache_dtype})"])
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
         cells = [f"{r['variant']} ({r['attention']}, {r['pos_encoding']})", f"{r['params'] / 1e6:.2f}M"]
@@ -138,6 +139,11 @@ def markdown(rows, args):
         cells.append("error" if "error" in last else fmt_bytes(last["cache_bytes"])
                      + (" (constant state)" if r["cache_state_bytes"] and not r["kv_cache_bytes_per_token"] else ""))
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(rows, args):
+    lines = table_lines(rows, int_list(args.train_lens), int_list(args.contexts))
     width = " ".join(WIDTH + args.overrides)
     lines += ["", (f"{device_name()}, fp32, batch 1, {width}; training: median of {args.repeats} steps "
               f"(forward + backward + AdamW); decoding: median of {args.steps} one-token steps after the context")]

@@ -1,0 +1,108 @@
+"""Every table of numbers in README.md and docs/ is what `python -m tools.tables` writes from
+docs/results/ and the code: the committed documents match their regeneration, an edited number (in a
+document or in a result file) is caught and named, and the code-derived cells equal the formulas
+written out here (a gate of n_embd x n_embd per layer, a bf16 K/V cache)."""
+import json
+import shutil
+
+import pytest
+
+from helpers import ROOT
+from tools import compare, tables
+
+
+@pytest.fixture()
+def copy(tmp_path):
+    """README.md and docs/ (results included) copied, for edits the check must catch."""
+    shutil.copy(f"{ROOT}/README.md", tmp_path / "README.md")
+    shutil.copytree(f"{ROOT}/docs", tmp_path / "docs")
+    return tmp_path
+
+
+def run_check(root, capsys):
+    with pytest.raises(SystemExit) as e:
+        tables.main(["--check", "--root", str(root)])
+    return e.value.code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_every_document_matches_its_regeneration():
+    assert tables.check(ROOT) == []
+
+
+def test_check_names_the_document_and_table_of_an_edited_number(copy, capsys):
+    doc = copy / "docs" / "results.md"
+    text = doc.read_text()
+    row = "| mla | 5 | +0.0260 | [+0.0141, +0.0379] |"
+    assert text.count(row) == 1
+    doc.write_text(text.replace(row, "| mla | 5 | +0.0250 | [+0.0141, +0.0379] |"))
+    code, err = run_check(copy, capsys)
+    assert code == 1 and len(err) == 1
+    assert err[0].startswith("docs/results.md:") and "table fair256-paired-test differs" in err[0]
+    tables.main(["--root", str(copy)])                      # the command writes the number back
+    assert doc.read_text() == text and tables.check(str(copy)) == []
+
+
+def test_an_edited_result_file_changes_every_table_it_feeds(copy, capsys):
+    path = copy / "docs" / "results" / "fair256" / "table.json"
+    st = json.loads(path.read_text())
+    st["paired"]["test"]["gla"]["verdict"] = "better"
+    path.write_text(json.dumps(st))
+    code, err = run_check(copy, capsys)
+    named = {(line.split(":")[0], line.split("table ")[1].split()[0]) for line in err}
+    assert code == 1 and named == {("README.md", "readme-scorecard"), ("docs/results.md", "fair256-paired-test"),
+                                   ("docs/results.md", "fair256-scorecard")}
+
+
+def test_a_table_of_numbers_outside_markers_and_a_long_readme_fail(copy, capsys):
+    with open(copy / "docs" / "data.md", "a") as f:
+        f.write("\n| rows | tokens |\n|---|---|\n| train | 1,003,854 |\n")
+    with open(copy / "README.md", "a") as f:
+        f.write("more\n" * (tables.README_MAX_LINES + 1 - len((copy / "README.md").read_text().splitlines())))
+    code, err = run_check(copy, capsys)
+    assert code == 1 and len(err) == 2
+    assert err[0].startswith("docs/data.md:") and "outside <!-- table: NAME --> markers" in err[0]
+    assert err[1].startswith(f"README.md: {tables.README_MAX_LINES + 1} lines")
+
+
+@pytest.mark.parametrize("lines, words", [(["<!-- table: no-such-table -->", "<!-- /table -->"], "no-such-table"),
+                                          (["<!-- table: threads -->"], "has no <!-- /table --> line"),
+                                          (["<!-- /table -->"], "closes no table")])
+def test_a_broken_marker_is_one_line_and_exit_2(copy, capsys, lines, words):
+    with open(copy / "docs" / "data.md", "a") as f:
+        f.write("\n".join(lines) + "\n")
+    code, err = run_check(copy, capsys)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: docs/data.md") and words in err[0]
+
+
+def generated(doc, name):
+    """{first cell: cells} of a generated table as the committed document holds it."""
+    with open(f"{ROOT}/{doc}") as f:
+        lines = f.read().split("\n")
+    begin = lines.index(f"<!-- table: {name} -->")
+    rows = lines[begin + 1:lines.index("<!-- /table -->", begin)]
+    return {cells[0]: cells for cells in ([c.strip() for c in r.strip("|").split("|")] for r in rows[2:])}
+
+
+def test_code_derived_cells_equal_the_formulas():
+    """The fair study's configs: 4 layers, n_embd 128, 4 heads of 32, no biases, vocabulary 65."""
+    n_layer, C, d_h = 4, 128, 32
+    params = generated("docs/results.md", "fair256-params")
+    assert params["mha"][1] == f"{4 * C * C:,}"                    # q, k, v, c_proj
+    assert params["mha_gate"][1] == f"{5 * C * C:,}"               # + the sigmoid gate, n_embd x n_embd
+    assert params["mha_gate"][2] == f"{int(params['mha'][2].replace(',', '')) + n_layer * C * C:,}"
+    bf16 = 2
+    readme = generated("README.md", "readme-scorecard")
+    assert readme["mha"][5] == f"{n_layer * 2 * 4 * d_h * bf16:,}"                 # K and V, 4 heads
+    assert readme["gqa (2 KV heads)"][5] == f"{n_layer * 2 * 2 * d_h * bf16:,}"
+    assert readme["mla (rank 64)"][5] == f"{n_layer * (64 + 16) * bf16:,}"        # latent + RoPE key (d_h / 2)
+    runs = generated("docs/results.md", "fair256-runs")
+    assert runs["mha"][11] == readme["mha"][5] and runs["gla"][12] == f"{n_layer * 4 * d_h * d_h * 4:,}"   # fp32 state
+
+
+@pytest.mark.parametrize("summary, expected", [({"kv_cache_bytes_per_token": 4096, "dtype": "float32"}, 2048),
+                                               ({"kv_cache_bytes_per_token": 2048, "dtype": "bfloat16"}, 2048),
+                                               ({"kv_cache_bytes_per_token": 0}, 0),
+                                               ({"kv_cache_bytes_per_token": 4096}, None)])
+def test_compare_states_the_cache_in_bf16_whatever_the_run_trained_in(summary, expected):
+    assert compare.cache_bytes_bf16(summary) == expected
+    assert "KV cache B/token (bf16)" in compare.runs_header("mha")[0]

@@ -1,0 +1,161 @@
+"""Positions and lengths: docs/results.md's train-short-test-long tables, docs/positions.md's five
+encodings and docs/rope.md's base and stretching studies, from docs/results/{ext64, positions750,
+ropebase64, ropebase256, ropestretch64}; Men et al.'s bound on RoPE's base from the code
+(tools.analyze.rope_base_lower_bound at the configs' head dim).
+"""
+import functools
+
+from tools import analyze
+from tools.tables.source import delta, fmt_sci, md_table, mean_sd, model_of, study, verdict
+
+ROPE_CONFIG = "config/ropebase/base10k.py"   # the base studies' model (config/mha.py at base 1e4)
+rope_base_lower_bound = functools.cache(analyze.rope_base_lower_bound)   # one search per (head dim, context)
+
+
+def head_dim():
+    cfg = model_of(ROPE_CONFIG).config
+    return cfg.n_embd // cfg.n_head
+
+
+def ext_loss(root):
+    st = study(root, "ext64")
+    rows = st["test_loss"]["rows"].items()
+    return md_table(["model", *(f"L={n}" for n in st["lengths"])],
+                    [[st["models"][m]["label"], *(mean_sd(c) for c in cells)] for m, cells in rows])
+
+
+def ext_vs_rope(root):
+    st = study(root, "ext64")
+    rows = st["vs_rope"]["rows"].items()
+    return md_table(["model − RoPE", *(f"L={n}" for n in st["lengths"])],
+                    [[st["models"][m]["short"], *(delta(c, 3) for c in cells)] for m, cells in rows])
+
+
+def ext_per_position(root):
+    st = study(root, "ext64")["per_position"]
+    labels = study(root, "ext64")["models"]
+    return md_table(["model", "sliding window (mean)", *st["ranges"]],
+                    [[labels[m]["label"], f"{r['sliding']:.4f}", *(delta(c, 3) for c in r["ranges"])]
+                     for m, r in st["rows"].items()])
+
+
+def fmt_shift(x):
+    """A shift-invariance value: 0, 2.1e-6 (fp32 rounding), or 0.90."""
+    if x == 0:
+        return "0"
+    return fmt_sci(x, 1) if x < 0.01 else f"{x:.2f}"
+
+
+def positions750(root):
+    st = study(root, "positions750")
+    rows = [[p, f"{r['val_loss']:.3f}", ", ".join(f"{v:.1f}" for v in r["near_far"]), fmt_shift(r["shift_invariance"]),
+             f"{r['same_token_ratio']:.2f} ({', '.join(f'{v:.2f}' for v in r['same_token_layers'])})"]
+            for p, r in st["rows"].items()]
+    uniform = st["uniform_near_far"]
+    return md_table(["pos_encoding", "val loss @750", f"near/far weight, layers 0-3 (uniform: {uniform})",
+                     "shift invariance", "same-token ratio (per layer)"], rows)
+
+
+def rope_bound(root):
+    lengths = (64, 256, 1024)
+    return md_table(["head dim", *(f"L = {n}" for n in lengths)],
+                    [[head_dim(), *(f"{round(rope_base_lower_bound(head_dim(), n)):,}" for n in lengths)]])
+
+
+def side_of_bound(base, context):
+    return "below" if float(base) < rope_base_lower_bound(head_dim(), context) else "above"
+
+
+def base_cells(st, base, lengths):
+    """A base's losses: best val, then test at each length (the trained one to 4 decimals, longer to 3)."""
+    r = st["rows"][base]
+    return [mean_sd(r["best_val"]),
+            *(mean_sd(r["test"][str(n)], ".4f" if n == st["context"] else ".3f") for n in lengths)]
+
+
+def ropebase64(root):
+    st = study(root, "ropebase64")
+    bound = round(rope_base_lower_bound(head_dim(), st["context"]))
+    return md_table(["rope_base", f"vs the bound ({bound:,} at L = {st['context']})", "best val (n=3)",
+                     "test L=64 (n=3)", "test L=1024 (n=3)", "same-token ratio (s1)", "near/far (s1)"],
+                    [[f"{int(b):,}", side_of_bound(b, st["context"]), *base_cells(st, b, (64, 1024)),
+                      f"{r['same_token_s1']:.2f}", f"{r['near_far_s1']:.1f}"] for b, r in st["rows"].items()])
+
+
+def ropebase256(root):
+    st = study(root, "ropebase256")
+    bound = round(rope_base_lower_bound(head_dim(), st["context"]))
+    rows = []
+    for b, r in st["rows"].items():
+        ratios = r["same_token"]
+        rows.append([f"{int(b):,}", side_of_bound(b, st["context"]), *base_cells(st, b, (256, 1024, 4096)),
+                     f"{sum(ratios) / len(ratios):.2f} ({', '.join(f'{v:.2f}' for v in ratios)})",
+                     f"{r['near_far']:.1f}"])
+    return md_table(["rope_base", f"vs the bound ({bound:,})", "best val", "test L=256", "test L=1024 (4x)",
+                     "test L=4096 (16x)", "same-token ratio (seeds 1, 2, 3)", "near/far"], rows)
+
+
+def base_paired(name, lengths):
+    """Each base against 1e4, per length: Δ [95% CI] and, where the study decided one, its verdict."""
+    def table(root):
+        st = study(root, name)
+        head, rows = ["rope_base"], []
+        for n in lengths:
+            head += [f"test L={n}"] + (["verdict"] if "verdict" in next(iter(st["paired"].values()))[str(n)] else [])
+        for b, p in st["paired"].items():
+            cells = [f"{int(b):,}"]
+            for n in lengths:
+                cells += [delta(p[str(n)], 3)] + ([verdict(p[str(n)])] if "verdict" in p[str(n)] else [])
+            rows.append(cells)
+        return md_table(head, rows)
+    return table
+
+
+def stretch_s1(root):
+    rows = study(root, "ropestretch64")["zero_shot_s1"]["rows"]
+    lengths = list(next(iter(rows.values())))
+    return md_table(["model", *(f"L={n}" for n in lengths)],
+                    [["ALiBi" if m == "alibi" else f"RoPE, {m}",
+                      *("" if r[n] is None else f"{r[n]:.4f}" for n in lengths)] for m, r in rows.items()])
+
+
+def stretch_finetune_s1(root):
+    rows = study(root, "ropestretch64")["finetune_s1"]["rows"]
+    lengths = list(next(iter(rows.values())))
+    return md_table(["fine-tuned at 256 with", *(f"L={n}" for n in lengths)],
+                    [["none (only the longer context)" if m == "none" else m, *(f"{r[n]:.4f}" for n in lengths)]
+                     for m, r in rows.items()])
+
+
+def stretch_zero4(root):
+    """Seeds 1-3 at evaluation time: the unscaled model's mean and ALiBi's Δ are the ext64 study's."""
+    ext, rows = study(root, "ext64"), study(root, "ropestretch64")["zero_shot_x4_vs_none"]["rows"]
+    out = []
+    for i, n in enumerate(ext["lengths"]):
+        out.append([n, f"{ext['test_loss']['rows']['rope'][i][0]:.4f}", *(delta(rows[s][str(n)], 3) for s in rows),
+                    delta(ext["vs_rope"]["rows"]["alibi"][i], 3)])
+    return md_table(["L", "none (mean)", *rows, "ALiBi"], out)
+
+
+def stretch_finetune3(root):
+    rows = dict(study(root, "ropestretch64")["finetune_vs_none"]["rows"])
+    none = rows.pop("none_mean")
+    return md_table(["L", "none (mean)", *rows],
+                    [[n, f"{m:.4f}", *(delta(rows[s][n], 3) for s in rows)] for n, m in none.items()])
+
+
+TABLES = {
+    "ext64-loss": ext_loss,
+    "ext64-vs-rope": ext_vs_rope,
+    "ext64-per-position": ext_per_position,
+    "positions750": positions750,
+    "rope-bound": rope_bound,
+    "ropebase64-runs": ropebase64,
+    "ropebase64-paired": base_paired("ropebase64", (64, 1024)),
+    "ropebase256-runs": ropebase256,
+    "ropebase256-paired": base_paired("ropebase256", (256, 1024, 4096)),
+    "ropestretch64-s1": stretch_s1,
+    "ropestretch64-finetune-s1": stretch_finetune_s1,
+    "ropestretch64-x4": stretch_zero4,
+    "ropestretch64-finetune": stretch_finetune3,
+}

@@ -1,0 +1,169 @@
+"""The loss studies' tables (docs/results.md, docs/sparse.md, docs/linear.md and the README's headline),
+in the formats tools.compare and tools.scorecard print, from docs/results/<study>/table.json and the
+configs built on the meta device (parameters, cache and state bytes, iterations, training FLOPs).
+"""
+from tools import budget, compare, scorecard
+from tools.tables.source import (
+    CACHE_UNIT,
+    cache_bytes,
+    delta,
+    keys_of,
+    md_table,
+    mean_sd,
+    model_of,
+    state_bytes,
+    study,
+    verdict,
+)
+
+
+def config_of(st, name):
+    """(config file, overrides) a study ran a config with: the sweep's overrides, then its plan's."""
+    if "plan" in st:
+        entry = st["plan"]["configs"][name]
+        return entry["config"], tuple(st["sweep_overrides"] + entry["overrides"])
+    return st["configs"][name], tuple(st.get("sweep_overrides", []))
+
+
+def model(st, name):
+    config, overrides = config_of(st, name)
+    return model_of(config, overrides, st.get("vocab_size", 65))
+
+
+def group_stats(st, name):
+    """tools.compare's numbers of one config's row: the runs' from the file, the rest from the code."""
+    r, m = st["runs"][name], model(st, name)
+    keys = keys_of(*config_of(st, name))
+    n = r["n"]
+
+    def stat(key, scale=1):
+        mean, sd = r.get(key) or (None, None)
+        return (None if mean is None else mean * scale, None if sd is None else sd * scale, n)
+    flops = st.get("plan", {}).get("configs", {}).get(name, {}).get("flops_per_token")
+    return {"n": n, "attention": m.config.attention, "pos_encoding": m.config.pos_encoding, "params": m.num_params(),
+            "kv_cache_bytes_per_token": cache_bytes(m), "cache_state_bytes": state_bytes(m),
+            "best_val_loss": stat("best_val"), "final_val_loss": stat("final_val"), "test_loss": stat("test"),
+            "tokens_per_sec": stat("tokens_per_sec"), "peak_mem_bytes": stat("peak_mem_mib", 2 ** 20),
+            "wall_s": (r.get("wall_s"), None, n), "iters": (keys["max_iters"], None, n),
+            "train_flops": (flops and flops * budget.tokens_per_iter(keys) * keys["max_iters"], None, n)}
+
+
+def delta_best(st, name, ref):
+    """The Δ best val column: the paired val mean where the study has one (the same difference of means,
+    unrounded), else the difference the docs stated."""
+    if name == ref:
+        return "(reference)"
+    paired = st.get("paired", {}).get("val", {}).get(name)
+    return f"{paired['mean'] if paired else st['runs'][name]['delta_best_val']:+.4f}"
+
+
+def runs_table(name):
+    def table(root):
+        st = study(root, name)
+        ref = next(iter(st["runs"]))
+        return compare.runs_header(ref) + [compare.table_row(c, group_stats(st, c), delta_best(st, c, ref))
+                                           for c in st["runs"]]
+    return table
+
+
+def paired_table(name, split):
+    return lambda root: compare.paired_table(study(root, name)["paired"][split])
+
+
+def plan_table(name):
+    def table(root):
+        st = study(root, name)
+        configs = st["plan"]["configs"]
+        return compare.plan_table({c: {**e, "params": model(st, c).num_params()} for c, e in configs.items()})
+    return table
+
+
+def fair256_params(root):
+    """What each config's attention costs in parameters, and the MLP width that matched them to mha's."""
+    st = study(root, "fair256")
+    rows = []
+    for c, e in st["plan"]["configs"].items():
+        plain, matched = model_of(e["config"]), model(st, c)
+        rows.append([c, f"{sum(p.numel() for p in plain.h[0].attn.parameters()):,}", f"{plain.num_params():,}",
+                     keys_of(*config_of(st, c))["mlp_hidden"] or "4 x n_embd", f"{matched.num_params():,}"])
+    return md_table(["config", "attention params per layer", "params as configured", "mlp_hidden matched",
+                     "params matched"], rows)
+
+
+def fair256_gap(root):
+    """Test minus best val loss per config (the means over seeds): how much harder the test text is."""
+    runs = study(root, "fair256")["runs"]
+    return md_table(["", *runs], [["test − best val (mean)", *(f"{r['test'][0] - r['best_val'][0]:+.3f}"
+                                                               for r in runs.values())]])
+
+
+def scorecard_rows(st):
+    """tools.scorecard's rows of the fair study: the file's numbers, the cache and state from the code."""
+    card, rows = st["scorecard"], []
+    for c, sc in card["rows"].items():
+        m, r, p = model(st, c), st["runs"][c], st["paired"]["test"].get(c)
+        rows.append({"config": c, "attention": m.config.attention, "pos_encoding": m.config.pos_encoding,
+                     "n": r["n"], "metric": "test_loss", "loss": r["test"][0], "loss_ci95_half": sc["test_ci95_half"],
+                     "delta": p and p["mean"], "delta_ci95": p and p["ci95"], "verdict": p and p["verdict"],
+                     "mqar_acc": None, "extrapolation": sc["extrapolation"], "context": card["context"],
+                     "cache_bytes_per_token": cache_bytes(m, card["context"]), "cache_state_bytes": state_bytes(m),
+                     "train_tokens_per_sec": r["tokens_per_sec"][0], "decode_ms_per_token": sc["decode_ms_per_token"]})
+    return rows
+
+
+def fair256_scorecard(root):
+    return scorecard.table_lines(scorecard_rows(study(root, "fair256")), "mha")
+
+
+README_CONFIGS = ("mha", "gqa", "mqa", "mla", "bigbird", "gla", "gla_nodecay")
+
+
+def readme_label(st, c):
+    cfg = model(st, c).config
+    return {"gqa": f"gqa ({cfg.n_kv_head} KV heads)", "mla": f"mla (rank {cfg.kv_lora_rank})"}.get(c, c)
+
+
+def readme_scorecard(root):
+    """The README's headline: the test-split verdict first, val labelled as the selection split."""
+    st = study(root, "fair256")
+    rows = {r["config"]: r for r in scorecard_rows(st)}
+    out = []
+    for c in README_CONFIGS:
+        r, test, val = rows[c], st["paired"]["test"].get(c), st["paired"]["val"].get(c)
+        out.append([readme_label(st, c), test["verdict"] if test else f"reference (test loss {r['loss']:.4f})",
+                    delta(test) if test else "", f"{val['mean']:+.4f}, {val['verdict']}" if val else "",
+                    "n/a" if r["extrapolation"] is None else f"{r['extrapolation']:+.3f}",
+                    f"{r['cache_bytes_per_token']:,.0f}",
+                    f"{r['cache_state_bytes'] // 1024} KiB" if r["cache_state_bytes"] else "0"])
+    context = st["scorecard"]["context"]
+    return md_table(["config", "test verdict vs mha", "Δ test loss [95% CI]", "selection split (val): Δ, verdict",
+                     "past L − sliding window", f"cache B/token @ {context // 1024}k ({CACHE_UNIT})",
+                     "constant state (fp32)"], out)
+
+
+def sparse512_results(root):
+    st = study(root, "sparse512")
+    test, val = st["paired"]["test"], st["paired"]["val"]
+    return md_table(["config", "test loss (mean ± std)", "Δ test [95% CI]", "verdict", "Δ best val [95% CI]",
+                     "verdict on val"],
+                    [[c, mean_sd(r["test"]), delta(test.get(c)), verdict(test.get(c)), delta(val.get(c)),
+                      verdict(val.get(c))] for c, r in st["runs"].items()])
+
+
+TABLES = {
+    "readme-scorecard": readme_scorecard,
+    "fair256-params": fair256_params,
+    "fair256-runs": runs_table("fair256"),
+    "fair256-paired-test": paired_table("fair256", "test"),
+    "fair256-paired-val": paired_table("fair256", "val"),
+    "fair256-gap": fair256_gap,
+    "fair256-plan": plan_table("fair256"),
+    "fair256-scorecard": fair256_scorecard,
+    "flops256-runs": runs_table("flops256"),
+    "flops256-paired-test": paired_table("flops256", "test"),
+    "flops256-paired-val": paired_table("flops256", "val"),
+    "flops256-plan": plan_table("flops256"),
+    "cpu2000-runs": runs_table("cpu2000"),
+    "cpu250-runs": runs_table("cpu250"),
+    "sparse512-results": sparse512_results,
+}

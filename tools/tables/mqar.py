@@ -1,0 +1,93 @@
+"""docs/recall.md's tables: the recall study's run files as tools.recall's sweeps wrote them
+(docs/results/recall/<sweep>/: summary.json, test_eval.json, plan.json, read through trainer.rundir.Run)
+and the binding-free strategies on the old and the new MQAR files (docs/results/mqar_layout).
+"""
+import glob
+import os
+
+from attention import VARIANTS
+from tools import compare
+from tools.tables.source import fmt_sci, md_table, results_dir, study
+from trainer.rundir import Run
+
+VARIANTS_ORDER = list(VARIANTS)
+
+
+def registry_order(summary):
+    """Sort key of a run: its attention in the registry's order (a per-layer plan after its first layer's
+    variant alone)."""
+    plan = summary["attention"].split(",")
+    return VARIANTS_ORDER.index(plan[0]), len(set(plan))
+
+
+def lr_runs(folder):
+    """{config: {learning rate: the probe's summary}} of a sweep's lr/<config>-lr<rate>-s<seed> folders,
+    configs in the registry's order of their attention, rates ascending."""
+    runs = {}
+    for path in glob.glob(os.path.join(folder, "lr", "*")):
+        summary = Run(path).summary
+        runs.setdefault(os.path.basename(path).rsplit("-lr", 1)[0], {})[summary["learning_rate"]] = summary
+    order = sorted(runs, key=lambda c: (registry_order(next(iter(runs[c].values()))), c))
+    return {c: dict(sorted(runs[c].items())) for c in order}
+
+
+def anchor_lr(root):
+    """The anchor's grid: best val loss and accuracy per rate; the rate the sweep chose, and when a probe
+    reached stop_val_acc."""
+    folder = os.path.join(results_dir(root, "recall"), "anchor")
+    plan = compare.read_plan(os.path.join(folder, "plan.json"))
+    (config, probes), = lr_runs(folder).items()
+    chosen = plan["configs"][config]["learning_rate"]
+
+    def acc(lr, s):
+        reached = s.get("target_reached_iter")
+        text = f"{s['best_val_acc']:.3f}" + (f": reached {s['settings']['stop_val_acc']:g} at step {reached:,}"
+                                             if reached is not None else "")
+        return text + (" (chosen)" if lr == chosen else "")
+    return md_table(["learning rate", *map(fmt_sci, probes)],
+                    [["best val loss", *(f"{s['best_val_loss']:.3f}" for s in probes.values())],
+                     ["val accuracy", *(acc(lr, s) for lr, s in probes.items())]])
+
+
+def anchor_seeds(root):
+    """Each anchor seed: test accuracy of best.pt, and the step its val accuracy reached stop_val_acc."""
+    runs = [Run(p) for p in sorted(glob.glob(os.path.join(results_dir(root, "recall"), "anchor", "mha-s*")))]
+    rows = []
+    for run in runs:
+        s, reached = run.results, run.results.get("target_reached_iter")
+        rows.append([s["seed"], f"{s['test_acc']:.3f}", f"{reached:,}" if reached is not None
+                     else f"- (best {s['best_val_acc']:.3f} by step {s['iters']:,})"])
+    target = runs[0].summary["settings"]["stop_val_acc"]
+    return md_table(["seed", "test accuracy (1,000 rows, 4,000 queries)", f"val accuracy reached {target:g} at step"],
+                    rows)
+
+
+def tune_status(root):
+    """The tuning grid so far (docs/results/recall/tune-w64-t64-p4): best val accuracy per config and rate.
+    The grid runs each config's rates in turn, so a config with some rates missing is running the first
+    missing one."""
+    probes = lr_runs(os.path.join(results_dir(root, "recall"), "tune-w64-t64-p4"))
+    grid = sorted({lr for runs in probes.values() for lr in runs})   # every rate some family has run
+    rows = []
+    for config, runs in probes.items():
+        cells = [f"{runs[lr]['best_val_acc']:.3f}" if lr in runs else "" for lr in grid]
+        if "" in cells:
+            cells[cells.index("")] = "(running)"
+        rows.append([config, *cells])
+    return md_table(["config", *map(fmt_sci, grid)], rows)
+
+
+def mqar_layout(root):
+    """Binding-free strategies on the old files and on Zoology's layout, against chance 1/P."""
+    return md_table(["rows", "pairs", "strategy (binding-free)", "old files", "Zoology's layout (now)", "chance 1/P"],
+                    [[f"{r['row_len']} tokens", r["pairs"], r["strategy"], f"{r['old_files']:.3f}",
+                      f"{r['zoology_layout']:.3f}", f"{1 / r['pairs']:.3f}"]
+                     for r in study(root, "mqar_layout")["rows"]])
+
+
+TABLES = {
+    "mqar-layout": mqar_layout,
+    "recall-anchor-lr": anchor_lr,
+    "recall-anchor-seeds": anchor_seeds,
+    "recall-tune-status": tune_status,
+}
