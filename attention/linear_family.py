@@ -198,7 +198,9 @@ class LinearFamilyAttention(Attention):
         o = self.recur(q, k, v, g, pos, cache)
         if self.sum_normalised:
             o = o[..., :self.head_dim] / (o[..., self.head_dim:] + SUM_EPS)
-        o = self.o_norm(o).transpose(1, 2)                             # (B, T, H, D)
+        # the norm in the residual stream's dtype (fp32 under bf16 autocast: RMSNorm's fused kernel
+        # wants its input and weight alike)
+        o = self.o_norm(o.to(x.dtype)).transpose(1, 2)                 # (B, T, H, D)
         if r is not None:
             o = o * F.silu(r)
         return self.resid_dropout(self.c_proj(o.reshape(B, T, self.n_head * self.head_dim)))
