@@ -138,7 +138,7 @@ class MultiHeadLatentAttention(Attention):
     def _queries(self, x, pos):
         """x (B,T,C) -> q_nope (B,H,T,d_h), q_rope (B,H,T,d_r) with RoPE applied."""
         B, T, _ = x.shape
-        q = self.q_up(self.q_norm(self.q_down(x))) if self.q_lora_rank > 0 else self.q_proj(x)
+        q = self.q_up(self.q_norm(self.q_down(x).to(x.dtype))) if self.q_lora_rank > 0 else self.q_proj(x)
         q = q.view(B, T, self.n_head, self.qk_nope_head_dim + self.rope_head_dim).transpose(1, 2)
         q_nope, q_rope = q.split([self.qk_nope_head_dim, self.rope_head_dim], dim=-1)
         q_rope, = self.rope(pos, q_rope)
@@ -149,7 +149,8 @@ class MultiHeadLatentAttention(Attention):
         absorbed cache stores. RoPE goes on before caching, at the token's absolute position."""
         c_kv, k_rope = self.kv_down(x).split([self.kv_lora_rank, self.rope_head_dim], dim=-1)
         k_rope, = self.rope(pos, k_rope)
-        return self.kv_norm(c_kv), k_rope
+        # the norms in the residual stream's dtype: fp32 under bf16 autocast, as DeepSeek-V2 computes them
+        return self.kv_norm(c_kv.to(x.dtype)), k_rope
 
     def kernel_cases(self) -> dict:
         """"forward" (training, the expanded form) attends over d_h + d_r dims; decoding runs the

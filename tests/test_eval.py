@@ -165,6 +165,19 @@ def test_a_rope_scaling_over_mixed_runs_says_which_stay_as_trained(runs, data_ro
     assert [(r["pos_encoding"], r["rope_scaling"]) for r in rows] == [("rope", "pi"), ("alibi", "none")]
 
 
+def test_cpu_benchmark_runs_tiny(tmp_path):
+    out = tmp_path / "cpu.json"
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=cpu", "config/mha.py", "config/gla.py", "--quick",
+                        "--threads=1", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert [(s["dtype"], s["compile"], s["threads"]) for s in res["train_ms_per_step"]] == \
+        [("float32", "off", 1), ("bfloat16", "off", 1)]
+    assert all(s["mha"] > 0 and s["gla"] > 0 for s in res["train_ms_per_step"])
+    assert set(res["decode_ms_per_token"]) == {"mha", "gla"} and res["decode_ms_per_token"]["gla"]["16"] > 0
+    assert sum(line.startswith("| ") for line in r.stdout.splitlines()) == 2 * (2 + 2)  # two tables of 2 rows
+
+
 def test_longctx_benchmark_runs_tiny(tmp_path):
     out = tmp_path / "lc.json"
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=longctx", "config/mha.py", "config/gla.py",

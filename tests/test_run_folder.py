@@ -108,6 +108,24 @@ SWEEP_TINY = ["--device=cpu", "--n_layer=1", "--n_head=2", "--n_embd=16", "--blo
               "--lr_decay_iters=5"]
 
 
+def test_sweep_reads_dtype_auto_as_the_dtype_the_run_resolved(data_root, tmp_path):
+    """A run made with dtype=auto counts as made in the dtype it resolved to: pinning that dtype in the
+    config later keeps the run; pinning the other one is refused."""
+    out = tmp_path / "sw"
+
+    def sweep(*extra):
+        return subprocess.run([sys.executable, "-m", "tools.sweep", "config/mha.py", "--seeds=1", f"--out={out}",
+                               f"--data_dir={data_root}", *SWEEP_TINY, *extra], cwd=ROOT, capture_output=True,
+                              text=True)
+    assert sweep().returncode == 0
+    resolved = json.loads((out / "mha-s1" / "summary.json").read_text())["dtype"]
+    other = "bfloat16" if resolved == "float32" else "float32"
+    (out / "plan.json").unlink()     # the plan's own inputs would refuse any change of overrides first
+    assert sweep(f"--dtype={resolved}").returncode == 0
+    (out / "plan.json").unlink()
+    one_line(sweep(f"--dtype={other}"), "mha-s1 was trained with other settings", f"dtype: '{resolved}' vs '{other}'")
+
+
 def test_sweep_and_compare_never_mix_runs_made_with_other_settings(data_root, tmp_path, capsys):
     out = tmp_path / "sw"
 

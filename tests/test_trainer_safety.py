@@ -365,6 +365,28 @@ def test_bfloat16_on_cpu_really_computes_in_bfloat16(data_root, tmp_path):
     assert runs["float32"] != runs["bfloat16"] and abs(runs["float32"] - runs["bfloat16"]) < 0.1
 
 
+def test_dtype_auto_is_bfloat16_exactly_on_cpus_with_native_bf16_units(monkeypatch):
+    from trainer import settings
+    for units, want in (("AMX", "bfloat16"), ("AVX512-BF16", "bfloat16"), ("", "float32")):
+        monkeypatch.setattr(settings, "cpu_bf16_units", lambda units=units: units)
+        assert settings.resolve_dtype("auto", "cpu") == want
+        assert settings.resolve_dtype("float32", "cpu") == "float32"   # an explicit dtype is kept
+    assert settings.resolve_dtype("auto", "mps") == "float32"
+
+
+def test_resume_keeps_the_dtype_the_run_trained_in(data_root, tmp_path):
+    """dtype=auto depends on the machine: a run trained in bfloat16 and resumed without --dtype stays bfloat16
+    (on a CPU without bf16 units auto alone would say float32), and says so in its checkpoint."""
+    out = tmp_path / "run"
+    train.main(train_args(data_root, out, "--max_iters=2", "--eval_interval=2", "--dtype=bfloat16"))
+    assert torch.load(out / "ckpt.pt", weights_only=False)["dtype"] == "bfloat16"
+    train.main(train_args(data_root, out, "--max_iters=4", "--eval_interval=2", "--init_from=resume"))
+    assert strict_json(out / "summary.json")["dtype"] == "bfloat16"
+    train.main(train_args(data_root, out, "--max_iters=6", "--eval_interval=2", "--init_from=resume",
+                          "--dtype=float32"))   # an explicit dtype wins
+    assert strict_json(out / "summary.json")["dtype"] == "float32"
+
+
 def child_pids(pid):
     """Processes whose parent is pid (from /proc; Linux)."""
     kids = []

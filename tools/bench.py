@@ -105,6 +105,7 @@ SUITES = {
     "gla": "the GLA model against MHA: decoding by context, training by length, step time",
     "longctx": "every variant: training tokens/s and peak memory at T=1k/4k/8k, decode ms/token at 256/4k/16k",
     "data": "the data/*/prepare.py pipelines: tokens/s and peak memory",
+    "cpu": "every variant on this CPU: training tokens/s fp32/bf16, compile off/on, 1/all threads; decode ms/token",
     "threads": "CPU thread settings for training, quiet and with one competing process",
 }
 

@@ -249,12 +249,17 @@ def train_cmd(config, seed, run_dir, overrides, state):
 def check_run_settings(config, seed, run_dir, overrides):
     """A run folder is reused only for the run it was made for (summary.json's settings)."""
     try:
-        saved = read_summary(run_dir).get("settings")
+        summary = read_summary(run_dir)
     except RunError:
         return  # none yet (a checkpoint without an evaluation record): train.py's resume checks it
+    saved, wanted = summary.get("settings"), parse_keys([config, *overrides, f"--seed={seed}"])
     if not isinstance(saved, dict):
         return  # written before runs recorded their settings
-    differ = settings_differ(saved, parse_keys([config, *overrides, f"--seed={seed}"]))
+    # dtype=auto is what the run resolved it to (summary's dtype); a resume keeps that dtype
+    resolved = summary.get("dtype", saved.get("dtype"))
+    saved = {**saved, "dtype": resolved}
+    wanted["dtype"] = resolved if wanted["dtype"] == "auto" else wanted["dtype"]
+    differ = settings_differ(saved, wanted)
     if differ:
         fail(f"{run_dir} was trained with other settings ({'; '.join(differ[:3])}); re-run the command that made "
              "it, or give this sweep another --out")

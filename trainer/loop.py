@@ -126,6 +126,7 @@ class Trainer:
         if not self.dist.master:
             return
         weights = {"model": model_sd, "model_args": self.gptconf.to_dict(), "config": self.flat_cfg,
+                   "dtype": self.tc.dtype,   # as resolved (dtype=auto depends on the machine): a resume keeps it
                    "meta": self.meta, "iter_num": self.iter_num, "best_val_loss": self.best_val_loss}
         if best:
             save_atomic(weights, os.path.join(self.tc.out_dir, "best.pt"))

@@ -105,6 +105,9 @@ def read_resume_checkpoint(tc, gptconf, explicit):
     if saved.vocab_size != gptconf.vocab_size:
         raise ConfigError(f"resume: {path} has vocab_size={saved.vocab_size} but dataset {tc.dataset!r} has "
                           f"{gptconf.vocab_size}; resume on the dataset it was trained on")
+    if "dtype" not in explicit and ckpt.get("dtype") in ("float32", "bfloat16", "float16"):
+        # dtype=auto depends on the machine: a run resumed elsewhere keeps the precision it trained in
+        tc.dtype = resolve_dtype(ckpt["dtype"], tc.device)   # float16 off CUDA: refused here, one line
     was = ckpt.get("config") if isinstance(ckpt.get("config"), dict) else {}
     changed = [f"{k}={getattr(tc, k)} (checkpoint: {was[k]})" for k in ("seed", "batch_size",
                "gradient_accumulation_steps") if k in was and k in TRAIN_KEYS and was[k] != getattr(tc, k)]

@@ -1,0 +1,174 @@
+"""The CPU budget in one command: what a training step and a decoding step of each variant cost
+on this CPU, at the fair study's shape, in every setting the trainer offers.
+
+    python -m tools.bench --suite=cpu                                  # the study variants, full grid
+    python -m tools.bench --suite=cpu --json cpu.json --out cpu.md
+    python -m tools.bench --suite=cpu --compile=off --threads=1 config/ladder256/mha.py config/ladder256/gla.py
+    python -m tools.bench --suite=cpu --quick                          # tiny shapes: a smoke test
+
+Training: each config (the keys train.py takes, on random tokens) with its MLP width solved so
+that its parameters equal the first config's (tools.sweep --match=params, tools/budget.py), one
+forward + backward + AdamW step of its batch. Settings: --dtypes (float32; bfloat16 = train.py's
+CPU autocast: weights, optimizer and the linear family's state stay fp32) x --compile (off; on =
+torch.compile of the model, its compile time left out) x --threads (1; 0 = every visible core).
+In each setting the variants are timed round-robin, --rounds rounds of --steps steps each: the
+median step of each round, then the median over rounds, so that a drift of the machine touches
+every variant alike. Read the ratios to the first config in the same setting.
+
+Decoding: batch 1, float32, one thread, greedy, after --contexts tokens of prefilled context
+(harness.decode_cost): the median ms of --decode_steps one-token steps. block_size is raised to
+hold the longest context; a variant whose window cannot (learned positions) shows n/a.
+
+The table names the CPU and whether it has native bf16 matrix units (trainer/settings.py
+cpu_bf16_units: AMX tiles or AVX512-BF16).
+"""
+import contextlib
+import statistics
+
+import torch
+
+from model import GPT, GPTConfig
+from tools import budget
+from tools.benchmarks.harness import decode_cost, emit, median_ms, parser, train_step
+from trainer.cli import ConfigError, fail
+from trainer.settings import MODEL_KEYS, cpu_bf16_units, parse_shared_keys
+from trainer.threads import visible_cores
+
+VARIANTS = ["study256/mha", "study256/gqa", "study256/mqa", "study256/mla", "study256/bigbird", "study256/gla",
+            "ladder256/linear", "ladder256/retnet", "ladder256/deltanet", "ladder256/gated_deltanet"]
+VOCAB = 65  # tiny Shakespeare's characters, the studies' vocabulary
+
+
+def matched_keys(paths):
+    """{path: keys} with each config's mlp_hidden solved to the first config's parameters."""
+    keys = {p: parse_shared_keys(p, []) for p in paths}
+    target = budget.meta_model(keys[paths[0]], VOCAB).num_params()
+    for p in paths[1:]:
+        keys[p]["mlp_hidden"], _ = budget.solve_mlp_hidden(keys[p], target, VOCAB)
+    return keys
+
+
+def build(keys, **changes):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=VOCAB, **{**{k: keys[k] for k in MODEL_KEYS}, **changes}))
+
+
+def train_settings(args):
+    """[(dtype, compile, threads)], threads 0 resolved to the visible cores."""
+    return [(d, c, t or visible_cores()) for d in args.dtypes.split(",") for c in args.compile.split(",")
+            for t in sorted({int(x) for x in args.threads.split(",")})]
+
+
+def time_training(keys, setting, args):
+    """{path: median ms per training step} in one setting, the variants round-robin."""
+    dtype, compiled, threads = setting
+    torch.set_num_threads(threads)
+    steps = {}
+    for path, k in keys.items():
+        model = build(k)
+        opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), "cpu")
+        if compiled == "on":
+            model = torch.compile(model)
+        idx = torch.randint(0, VOCAB, (k["batch_size"], k["block_size"] + 1))
+        step = train_step(model, idx, opt)
+        autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16"
+                    else contextlib.nullcontext())
+
+        def run(step=step, autocast=autocast):
+            with autocast:
+                step()
+        run(), run()  # warm up (and compile)
+        steps[path] = run
+    rounds = {p: [] for p in keys}
+    for _ in range(args.rounds):
+        for path, run in steps.items():
+            rounds[path].append(median_ms(run, repeats=args.steps, warmup=0))
+    return {p: statistics.median(ms) for p, ms in rounds.items()}
+
+
+def time_decoding(keys, args):
+    """{path: {context: ms per token or None}}, float32, one thread."""
+    torch.set_num_threads(1)
+    out = {}
+    for path, k in keys.items():
+        longest = max(args.contexts) + args.decode_steps
+        try:
+            model = build(k, block_size=max(k["block_size"], longest)).eval()
+            model.context_window(longest)
+        except ValueError:
+            out[path] = {c: None for c in args.contexts}
+            continue
+        out[path] = {c: decode_cost(model, c, args.decode_steps)["ms_per_token"] for c in args.contexts}
+    return out
+
+
+def markdown(keys, train, decode, args):
+    ref = next(iter(keys))
+    cpu = f"{visible_cores()} visible cores, native bf16 matrix units: {cpu_bf16_units() or 'none'}"
+    lines = [f"CPU: {cpu}; torch {torch.__version__}; medians of {args.rounds} rounds x {args.steps} steps", "",
+             "| config | params | " + " | ".join(f"{d} compile {c} {t}T tok/s (x {name(ref)})" for d, c, t in train)
+             + " |", "| --- | ---: |" + " ---: |" * len(train)]
+    for p, k in keys.items():
+        toks = k["batch_size"] * k["block_size"]
+        cells = [f"{toks / ms * 1e3:,.0f} ({train[s][ref] / ms:.2f})" for s in train for ms in [train[s][p]]]
+        lines.append(f"| {name(p)} | {budget.meta_model(k, VOCAB).num_params():,} | " + " | ".join(cells) + " |")
+    lines += ["", "| config | " + " | ".join(f"decode ms/token at {c}" for c in args.contexts) + " |",
+              "| --- |" + " ---: |" * len(args.contexts)]
+    for p, by_ctx in decode.items():
+        lines.append(f"| {name(p)} | " + " | ".join("n/a" if v is None else f"{v:.2f}" for v in by_ctx.values()) + " |")
+    return "\n".join(lines)
+
+
+def name(path):
+    return path.removeprefix("config/").removesuffix(".py")
+
+
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("configs", nargs="*", help="config files (default: the study variants); the first is the reference")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--compile", default="off,on")
+    ap.add_argument("--threads", default="1,0", help="thread counts; 0 = every visible core")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--contexts", default="256,4096")
+    ap.add_argument("--decode_steps", type=int, default=20)
+    args = ap.parse_args(argv)
+    check_args(args)
+    paths = args.configs or [f"config/{v}.py" for v in VARIANTS]
+    extra = ["--n_layer=1", "--n_embd=32", "--n_head=4", "--block_size=32", "--batch_size=2"] if args.quick else []
+    try:
+        keys = matched_keys(paths) if not extra else {p: parse_shared_keys(p, extra) for p in paths}
+        for k in keys.values():
+            budget.meta_model(k, VOCAB)  # a config the model refuses fails here, before any timing
+    except (ConfigError, ValueError) as e:
+        fail(str(e))
+    train = {s: time_training(keys, s, args) for s in train_settings(args)}
+    decode = time_decoding(keys, args)
+    results = {"cpu_bf16_units": cpu_bf16_units(), "visible_cores": visible_cores(), "torch": torch.__version__,
+               "train_ms_per_step": [{"dtype": d, "compile": c, "threads": t, **{name(p): ms for p, ms in v.items()}}
+                                     for (d, c, t), v in train.items()],
+               "tokens_per_step": {name(p): k["batch_size"] * k["block_size"] for p, k in keys.items()},
+               "decode_ms_per_token": {name(p): v for p, v in decode.items()}}
+    emit(markdown(keys, train, decode, args), results, args)
+
+
+def check_args(args):
+    """One line and exit 2 for a bad flag, before any timing."""
+    if args.quick:
+        args.rounds, args.steps, args.contexts, args.decode_steps, args.compile = 1, 1, "16", 2, "off"
+    for flag, allowed in (("dtypes", {"float32", "bfloat16"}), ("compile", {"off", "on"})):
+        bad = set(getattr(args, flag).split(",")) - allowed
+        if bad:
+            fail(f"--{flag}={getattr(args, flag)}: choose from {', '.join(sorted(allowed))}")
+    try:
+        args.contexts = [int(c) for c in str(args.contexts).split(",")]
+        threads = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        fail("--contexts and --threads are comma-separated integers, e.g. --contexts=256,4096 --threads=1,0")
+    if min(args.contexts) < 1 or min(threads) < 0 or min(args.rounds, args.steps, args.decode_steps) < 1:
+        fail("--contexts, --rounds, --steps and --decode_steps must be at least 1, --threads at least 0")
+
+
+if __name__ == "__main__":
+    main()
