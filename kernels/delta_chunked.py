@@ -38,6 +38,30 @@ def recurrent_delta_step(q, k, v, beta, g, state, scale=None):
     return o[:, :, None].to(q.dtype), state
 
 
+SOLVE_BLOCK = 16  # unit_lower_inverse solves blocks of this size and merges them by matmuls
+
+
+def unit_lower_inverse(A):
+    """(I + A)^-1 for A (..., n, n) strictly lower triangular, by halves:
+
+        [ X  0 ]^-1   [  X^-1          0   ]       X, Z: the diagonal halves (unit lower);
+        [ Y  Z ]    = [ -Z^-1 Y X^-1  Z^-1 ]       Y: the block below the diagonal
+
+    down to SOLVE_BLOCK rows, where one batched triangular solve inverts both halves of every
+    level at once. Exact algebra (no series), as stable as the solve; on a CPU several times faster
+    than one solve of the whole (n, n), whose batched small solves run far below matmul speed."""
+    n = A.size(-1)
+    eye = torch.eye(n, dtype=A.dtype, device=A.device)
+    if n <= SOLVE_BLOCK or n % 2:
+        return torch.linalg.solve_triangular(A + eye, eye.expand_as(A), upper=False, unitriangular=True)
+    h = n // 2
+    halves = unit_lower_inverse(torch.stack([A[..., :h, :h], A[..., h:, h:]]))     # (2, ..., h, h)
+    X_inv, Z_inv = halves[0], halves[1]
+    low = -(Z_inv @ A[..., h:, :h] @ X_inv)                                         # (..., h, h)
+    return torch.cat([torch.cat([X_inv, torch.zeros_like(X_inv)], dim=-1),
+                      torch.cat([low, Z_inv], dim=-1)], dim=-2)
+
+
 @in_fp32
 def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False,
                      chunk_size=64):
@@ -52,7 +76,7 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
     the cumulative log-decay (b <= 0) and Gamma_ij = exp(b_i - b_j) for j <= i (<= 1: stable):
 
         Step 1  A = diag(beta) (K K^T * Gamma), strictly lower         (C, C)
-        Step 2  T = (I + A)^-1 diag(beta)      (UT transform: one unit-triangular solve)
+        Step 2  T = (I + A)^-1 diag(beta)      (UT transform: unit_lower_inverse, by halves)
                 W = T diag(exp(b)) K,  U = T V                          (C, Dk), (C, Dv)
         Step 3  U' = U - W S                   (the chunk's corrected values u_i, all at once)
         Step 4  O = scale [ diag(exp(b)) Q S + (Q K^T * Gamma, lower with diagonal) U' ]
@@ -67,8 +91,8 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
     pad = (-T) % C
     N = (T + pad) // C
 
-    def chunks(x):  # (B, H, T, ...) -> (B, H, N, C, ...), fp32, zero-padded at the end
-        x = F.pad(x.float(), (0, 0) * (x.dim() - 3) + (0, pad))
+    def chunks(x):  # (B, H, T, ...) -> (B, H, N, C, ...), fp32, zero-padded at the end (no copy if not needed)
+        x = F.pad(x.float(), (0, 0) * (x.dim() - 3) + (0, pad)) if pad else x.float()
         return x.view(B, H, N, C, *x.shape[3:])
 
     qc, kc, vc, bc = chunks(q) * scale, chunks(k), chunks(v), chunks(beta)        # (B, H, N, C, .)
@@ -85,9 +109,7 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
 
     # Steps 1-2: the UT transform of every chunk at once
     A = (kc @ kc.transpose(-1, -2)) * gamma * bc[..., None]             # (B, H, N, C, C)
-    eye = torch.eye(C, device=q.device)
-    T_ut = torch.linalg.solve_triangular(A.masked_fill(~strict, 0.0) + eye, torch.diag_embed(bc),
-                                         upper=False, unitriangular=True)            # (B, H, N, C, C)
+    T_ut = unit_lower_inverse(A.masked_fill(~strict, 0.0)) * bc[..., None, :]      # (B, H, N, C, C)
     W = T_ut @ (kc if decay_in is None else kc * decay_in)               # (B, H, N, C, Dk)
     U = T_ut @ vc                                                        # (B, H, N, C, Dv)
     scores = (qc @ kc.transpose(-1, -2)) * gamma                         # (B, H, N, C, C), lower

@@ -88,8 +88,9 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     pad = (-T) % C
     N = (T + pad) // C
 
-    def chunks(x):  # (B, h, T, D) -> (B, h, N, C, D), fp32, zero-padded at the end
-        return F.pad(x.float(), (0, 0, 0, pad)).view(x.size(0), x.size(1), N, C, x.size(-1))
+    def chunks(x):  # (B, h, T, D) -> (B, h, N, C, D), fp32, zero-padded at the end (no copy when T fills them)
+        x = F.pad(x.float(), (0, 0, 0, pad)) if pad else x.float()
+        return x.view(x.size(0), x.size(1), N, C, x.size(-1))
 
     qc = (chunks(q) * scale).view(B, Hkv, G, N, C, Dk)                 # (B, Hkv, G, N, C, Dk)
     kc, vc = chunks(k), chunks(v)                                      # (B, Hkv, N, C, Dk|Dv)
@@ -102,16 +103,18 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         # Step 1: cumulative log-decay from each chunk's start.
         b = chunks(g).cumsum(dim=-2)                                   # (B, Hkv, N, C, Dk)
         b_last = b[..., -1:, :]                                        # (B, Hkv, N, 1, Dk)
+        decay_last = b_last.exp()                                      # how much each chunk decays in all
         q_inter = qc * b.exp()[:, :, None]                             # exp(b_i) <= 1
         # Step 2: intra-chunk scores A (B, Hkv, G, N, C, C), factored or sub-chunked (above).
         if b.min().item() >= -MAX_FACTORED_SPAN:  # b falls from <= 0: its min is the largest span
             k_rel = kc * (-b).exp()                                    # exp(-b_j) <= e^40
             A = torch.einsum("bhgnid,bhnjd->bhgnij", q_inter, k_rel).masked_fill(~causal, 0.0)
+            k_end = k_rel * decay_last                                 # Step 3's keys from the same exp
         else:
             A = _intra_chunk_scores(qc, kc, b, _sub_chunk(C))
-        # Step 3: what each chunk adds to the state and how much it decays the old one.
-        k_end = kc * (b_last - b).exp()                                # exp(b_{C-1} - b_j) <= 1
-        chunk_decay = b_last.squeeze(-2).exp()                         # (B, Hkv, N, Dk)
+            k_end = kc * (b_last - b).exp()                            # exp(b_{C-1} - b_j) <= 1
+        # Step 3: what each chunk adds to the state (k_end) and how much it decays the old one.
+        chunk_decay = decay_last.squeeze(-2)                           # (B, Hkv, N, Dk)
     o_intra = torch.einsum("bhgnij,bhnjd->bhgnid", A, vc)             # (B, Hkv, G, N, C, Dv)
     U = torch.einsum("bhncd,bhnce->bhnde", k_end, vc)                 # (B, Hkv, N, Dk, Dv)
 

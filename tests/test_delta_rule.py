@@ -232,3 +232,17 @@ def test_analyze_reads_the_rule_as_weights_on_the_corrected_values():
     assert torch.allclose(coef @ torch.stack(us, dim=2), want, atol=1e-10)
     weights, _ = linear_attention_weights(q, k, g[..., None].expand(B, H, T, D), D ** -0.5)
     assert torch.allclose(weights.double(), coef.abs() / coef.abs().sum(-1, keepdim=True), atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 7, 16, 24, 64, 128])
+def test_unit_lower_inverse_equals_the_dense_inverse(n):
+    """The UT transform's inverse by halves against torch.linalg.inv in float64, with its gradient."""
+    from kernels.delta_chunked import unit_lower_inverse
+    A = (torch.randn(2, 3, n, n, dtype=torch.float64) * 0.3).tril(-1).requires_grad_()
+    got = unit_lower_inverse(A)
+    want = torch.linalg.inv(A + torch.eye(n, dtype=torch.float64))
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    w = torch.randn_like(want)
+    g_got, = torch.autograd.grad((got * w).sum(), A)
+    g_want, = torch.autograd.grad((want * w).sum(), A)
+    torch.testing.assert_close(g_got.tril(-1), g_want.tril(-1), rtol=1e-9, atol=1e-9)
