@@ -178,6 +178,30 @@ def test_cpu_benchmark_runs_tiny(tmp_path):
     assert sum(line.startswith("| ") for line in r.stdout.splitlines()) == 2 * (2 + 2)  # two tables of 2 rows
 
 
+def test_nanogpt_benchmark_runs_both_on_the_same_data(tmp_path, data_root):
+    """A stand-in nanoGPT (its console format, and a check that it got our tokens and a meta.pkl) against ours."""
+    fake = tmp_path / "nanoGPT"
+    (fake / "config").mkdir(parents=True)
+    (fake / "config" / "train_shakespeare_char.py").write_text("")
+    (fake / "model.py").write_text("")
+    (fake / "configurator.py").write_text("")
+    (fake / "train.py").write_text(
+        "import os, pickle, numpy as np\n"
+        "meta = pickle.load(open('data/shakespeare_char/meta.pkl', 'rb'))\n"
+        "n = len(np.memmap('data/shakespeare_char/train.bin', dtype=np.uint16, mode='r'))\n"
+        "assert meta['vocab_size'] == 65 and n > 1000 and os.environ['OMP_NUM_THREADS'] == '1'\n"
+        "for i in range(31): print(f'iter {i}: loss 3.0, time {10 + i % 2}.00ms, mfu -100.00%')\n"
+        "print('step 30: train loss 3.0000, val loss 3.1000')\n")
+    out = tmp_path / "n.json"
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=nanogpt", f"--nanogpt_dir={fake}",
+                        f"--data_dir={data_root}", "--quick", "--json", str(out)], cwd=ROOT, capture_output=True,
+                       text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    nano, ours = json.loads(out.read_text())
+    assert nano["setting"] == "nanoGPT" and nano["ms_per_iter"] == [10.5] and nano["val_loss"] == [3.1]
+    assert ours["setting"] == "ours --dtype=float32" and ours["ms_per_iter"][0] > 0 and 0 < ours["val_loss"][0] < 5
+
+
 def test_longctx_benchmark_runs_tiny(tmp_path):
     out = tmp_path / "lc.json"
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=longctx", "config/mha.py", "config/gla.py",

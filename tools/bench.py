@@ -106,6 +106,7 @@ SUITES = {
     "longctx": "every variant: training tokens/s and peak memory at T=1k/4k/8k, decode ms/token at 256/4k/16k",
     "data": "the data/*/prepare.py pipelines: tokens/s and peak memory",
     "cpu": "every variant on this CPU: training tokens/s fp32/bf16, compile off/on, 1/all threads; decode ms/token",
+    "nanogpt": "nanoGPT's own shakespeare_char CPU recipe side by side with ours: ms/iter and val loss",
     "threads": "CPU thread settings for training, quiet and with one competing process",
 }
 
