@@ -197,7 +197,7 @@ def test_nanogpt_benchmark_runs_both_on_the_same_data(tmp_path, data_root):
                         f"--data_dir={data_root}", "--quick", "--json", str(out)], cwd=ROOT, capture_output=True,
                        text=True, check=False)
     assert r.returncode == 0, r.stderr
-    nano, ours = json.loads(out.read_text())
+    nano, ours = json.loads(out.read_text())["rows"]
     assert nano["setting"] == "nanoGPT" and nano["ms_per_iter"] == [10.5] and nano["val_loss"] == [3.1]
     assert ours["setting"] == "ours --dtype=float32" and ours["ms_per_iter"][0] > 0 and 0 < ours["val_loss"][0] < 5
 

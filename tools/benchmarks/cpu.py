@@ -102,20 +102,23 @@ def time_decoding(keys, args):
     return out
 
 
-def markdown(keys, train, decode, args):
-    ref = next(iter(keys))
-    cpu = f"{visible_cores()} visible cores, native bf16 matrix units: {cpu_bf16_units() or 'none'}"
-    lines = [f"CPU: {cpu}; torch {torch.__version__}; medians of {args.rounds} rounds x {args.steps} steps", "",
-             "| config | params | " + " | ".join(f"{d} compile {c} {t}T tok/s (x {name(ref)})" for d, c, t in train)
-             + " |", "| --- | ---: |" + " ---: |" * len(train)]
-    for p, k in keys.items():
-        toks = k["batch_size"] * k["block_size"]
-        cells = [f"{toks / ms * 1e3:,.0f} ({train[s][ref] / ms:.2f})" for s in train for ms in [train[s][p]]]
-        lines.append(f"| {name(p)} | {budget.meta_model(k, VOCAB).num_params():,} | " + " | ".join(cells) + " |")
-    lines += ["", "| config | " + " | ".join(f"decode ms/token at {c}" for c in args.contexts) + " |",
-              "| --- |" + " ---: |" * len(args.contexts)]
-    for p, by_ctx in decode.items():
-        lines.append(f"| {name(p)} | " + " | ".join("n/a" if v is None else f"{v:.2f}" for v in by_ctx.values()) + " |")
+def markdown(results):
+    """The two tables (training tokens/s with the ratio to the first config; decoding ms/token) of the
+    results main() writes as JSON, so that docs/ regenerates them from the stored file (tools/tables)."""
+    train, configs = results["train_ms_per_step"], list(results["params"])
+    ref = configs[0]
+    lines = ["| config | params | " + " | ".join(f"{s['dtype']}, compile {s['compile']}, {s['threads']} thread(s): "
+                                                 f"tok/s (x {ref})" for s in train) + " |",
+             "| --- | ---: |" + " ---: |" * len(train)]
+    for c in configs:
+        toks = results["tokens_per_step"][c]
+        cells = [f"{toks / s[c] * 1e3:,.0f} ({s[ref] / s[c]:.2f})" for s in train]
+        lines.append(f"| {c} | {results['params'][c]:,} | " + " | ".join(cells) + " |")
+    contexts = list(next(iter(results["decode_ms_per_token"].values())))
+    lines += ["", "| config | " + " | ".join(f"decode ms/token after {c}" for c in contexts) + " |",
+              "| --- |" + " ---: |" * len(contexts)]
+    for c, by_ctx in results["decode_ms_per_token"].items():
+        lines.append(f"| {c} | " + " | ".join("n/a" if v is None else f"{v:.2f}" for v in by_ctx.values()) + " |")
     return "\n".join(lines)
 
 
@@ -146,11 +149,15 @@ def main(argv=None):
     train = {s: time_training(keys, s, args) for s in train_settings(args)}
     decode = time_decoding(keys, args)
     results = {"cpu_bf16_units": cpu_bf16_units(), "visible_cores": visible_cores(), "torch": torch.__version__,
+               "rounds": args.rounds, "steps": args.steps,
+               "params": {name(p): budget.meta_model(k, VOCAB).num_params() for p, k in keys.items()},
                "train_ms_per_step": [{"dtype": d, "compile": c, "threads": t, **{name(p): ms for p, ms in v.items()}}
                                      for (d, c, t), v in train.items()],
                "tokens_per_step": {name(p): k["batch_size"] * k["block_size"] for p, k in keys.items()},
                "decode_ms_per_token": {name(p): v for p, v in decode.items()}}
-    emit(markdown(keys, train, decode, args), results, args)
+    head = (f"CPU: {visible_cores()} visible cores, native bf16 matrix units: {cpu_bf16_units() or 'none'}; "
+            f"torch {torch.__version__}; medians of {args.rounds} rounds x {args.steps} steps\n\n")
+    emit(head + markdown(results), results, args)
 
 
 def check_args(args):

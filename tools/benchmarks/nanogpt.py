@@ -89,7 +89,9 @@ def main(argv=None):
         rows = time_all(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    emit(markdown(rows, args), rows, args)
+    results = {"iters": args.iters, "threads": args.threads, "repeats": args.repeats, "rows": rows}
+    emit(f"nanoGPT's shakespeare_char CPU recipe, {args.iters} iterations, {args.threads} thread(s), "
+         f"{args.repeats} alternating rounds\n\n" + markdown(results), results, args)
 
 
 def time_all(args, work):
@@ -113,11 +115,11 @@ def time_all(args, work):
             for name, r in results.items()]
 
 
-def markdown(rows, args):
+def markdown(results):
+    """The table of the results main() writes as JSON (docs/ regenerates it from the stored file)."""
+    rows = results["rows"]
     ref = statistics.median(rows[0]["ms_per_iter"])
-    lines = [f"nanoGPT's shakespeare_char CPU recipe, {args.iters} iterations, {args.threads} thread(s), "
-             f"{args.repeats} alternating rounds", "",
-             "| setting | ms/iter (median of rounds) | / nanoGPT | final val loss (mean of rounds) |",
+    lines = ["| setting | ms/iter (median of rounds) | / nanoGPT | final val loss (mean of rounds) |",
              "| --- | ---: | ---: | ---: |"]
     for r in rows:
         ms = statistics.median(r["ms_per_iter"])
