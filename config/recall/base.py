@@ -8,7 +8,6 @@ n_layer = 2
 n_embd = 64
 n_head = 1
 dropout = 0.0
-dtype = "float32"  # every run of the study alike (dtype=auto would pick bf16 on CPUs with bf16 units)
 batch_size = 64
 learning_rate = 3e-3
 min_lr = 3e-4

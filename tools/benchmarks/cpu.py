@@ -19,8 +19,8 @@ Decoding: batch 1, float32, one thread, greedy, after --contexts tokens of prefi
 (harness.decode_cost): the median ms of --decode_steps one-token steps. block_size is raised to
 hold the longest context; a variant whose window cannot (learned positions) shows n/a.
 
-The table names the CPU and whether it has native bf16 matrix units (trainer/settings.py
-cpu_bf16_units: AMX tiles or AVX512-BF16).
+The table names the CPU and whether it has native bf16 matrix units (cpu_bf16_units: AMX tiles
+or AVX512-BF16, as torch detects them). dtype=auto stays float32 on CPUs: docs/speed.md says why.
 """
 import contextlib
 import statistics
@@ -31,12 +31,24 @@ from model import GPT, GPTConfig
 from tools import budget
 from tools.benchmarks.harness import decode_cost, emit, median_ms, parser, train_step
 from trainer.cli import ConfigError, fail
-from trainer.settings import MODEL_KEYS, cpu_bf16_units, parse_shared_keys
+from trainer.settings import MODEL_KEYS, parse_shared_keys
 from trainer.threads import visible_cores
 
 VARIANTS = ["study256/mha", "study256/gqa", "study256/mqa", "study256/mla", "study256/bigbird", "study256/gla",
             "ladder256/linear", "ladder256/retnet", "ladder256/deltanet", "ladder256/gated_deltanet"]
 VOCAB = 65  # tiny Shakespeare's characters, the studies' vocabulary
+
+
+def cpu_bf16_units() -> str:
+    """The CPU's native bf16 matrix units, as torch's own CPU kernels (oneDNN) detect them:
+    "AMX" (Intel Sapphire Rapids and later: AMX tiles), "AVX512-BF16" (AMD Zen 4 and later, Intel
+    Cooper Lake: bf16 dot products in AVX-512), or "" (bf16 would be emulated: no faster than fp32)."""
+    cpu = torch.cpu
+    if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
+        return "AMX"
+    if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return "AVX512-BF16"
+    return ""
 
 
 def matched_keys(paths):

@@ -26,11 +26,11 @@ import os
 import re
 import sys
 
-from tools.tables import cost, ladder, lengths, loss, mqar
+from tools.tables import cost, ladder, lengths, loss, mqar, speed
 from tools.tables.source import HERE
 from trainer.cli import OneLineParser, fail
 
-GENERATORS = {**loss.TABLES, **ladder.TABLES, **lengths.TABLES, **cost.TABLES, **mqar.TABLES}
+GENERATORS = {**loss.TABLES, **ladder.TABLES, **lengths.TABLES, **cost.TABLES, **mqar.TABLES, **speed.TABLES}
 BEGIN = re.compile(r"^<!-- table: (\S+) -->$")
 END = "<!-- /table -->"
 README_MAX_LINES = 300
