@@ -15,6 +15,12 @@ def rope_inv_freq(dim: int, base: float) -> torch.Tensor:
     return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
 
 
+def rope_turns(rotated_dims: int, base: float, context: int) -> torch.Tensor:
+    """Full turns each pair makes over `context` positions, unscaled: context * theta_i / (2 pi), (r/2,) fp64,
+    fastest (pair 0) first. YaRN's bands are set by this count (Peng et al. 2023, section 3.2)."""
+    return context * rope_inv_freq(rotated_dims, base) / (2 * math.pi)
+
+
 def rope_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0):
     """cos/sin of m*theta_i for each position m, times scale: two (T, len(inv_freq)) fp32 tensors.
 
@@ -141,6 +147,33 @@ class RoPE:
         high = high if high != low else high + 0.001             # a one-pair ramp: avoid 0/0
         ramp = ((torch.arange(r // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
         return 1 - ramp
+
+    def yarn_regime(self, head_dim: int) -> dict:
+        """Where YaRN's bands fall for this model: the turns of its fastest and slowest pairs over the
+        original context L against beta_fast and beta_slow, how many pairs lie above beta_fast (kept),
+        between (ramped) and below beta_slow (interpolated) by those turns, and how many the ramp as
+        computed (bounds rounded outward, so a fastest pair below beta_fast may still be kept) keeps,
+        ramps and interpolates; pairs are ordered fastest first, so each band is a run of indices.
+        regime: "three bands" (YaRN as designed), "partial interpolation" (no pair above beta_fast:
+        every pair is interpolated in part, as at L = 64 with d = 32), "position interpolation" (every
+        pair below beta_slow) or "no full interpolation" (no pair below beta_slow)."""
+        r = self.rotated_dims(head_dim)
+        turns, keep = rope_turns(r, self.base, self.original_context), self._yarn_keep(r)
+        above, below = int((turns > self.beta_fast).sum()), int((turns < self.beta_slow).sum())
+        if below == len(turns):
+            regime = "position interpolation"
+        elif above == 0:
+            regime = "partial interpolation"
+        elif below == 0:
+            regime = "no full interpolation"
+        else:
+            regime = "three bands"
+        return {"context": self.original_context, "rotated_dims": r, "beta_fast": self.beta_fast,
+                "beta_slow": self.beta_slow, "turns_fastest": turns[0].item(), "turns_slowest": turns[-1].item(),
+                "by_turns": {"above_beta_fast": above, "between": len(turns) - above - below, "below_beta_slow": below},
+                "by_ramp": {"kept": int((keep == 1).sum()), "ramped": int(((keep > 0) & (keep < 1)).sum()),
+                            "interpolated": int((keep == 0).sum())},
+                "regime": regime}
 
     def attention_factor(self) -> float:
         if self.scaling != "yarn":

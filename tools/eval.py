@@ -9,7 +9,9 @@ lengths) goes to stdout and the curves (loss against context length, log x) to -
 beside --json, its name with .png; without --json, eval.png in the first RUN_DIR).
 --rope_scaling=none,pi,ntk,yarn --rope_factor=4 evaluates each RoPE run once per scaling (a row
 each, "run [yarn x4]"): a trained model stretched without retraining; other runs are evaluated once,
-as trained (a note on stderr names them), and with no RoPE run at all it exits 2. Lengths a run cannot take
+as trained (a note on stderr names them), and with no RoPE run at all it exits 2. A yarn row's regime
+(attention/positional.py, RoPE.yarn_regime: its pairs' turns over the trained length against beta_fast
+and beta_slow) is a note line under the table and "yarn_regime" in its JSON rows. Lengths a run cannot take
 (learned positions or BigBird beyond block_size) are n/a with the reason; if no requested
 length is possible for any run, it exits 2 with one line. --json writes a list of {"run",
 "attention", "pos_encoding", "rope_scaling", "rope_factor", "block_size", "length", "val_loss"}
@@ -25,6 +27,7 @@ L must beat the second):
   --stride=S      the sliding-window loss at L: windows every S tokens, each token predicted with
                   at least L - S and up to L tokens before it; one more row per run with "stride": S.
                   S above a run's block_size is refused (exit 2) before any evaluation.
+Retrieval at these lengths, not loss: python -m tools.passkey (a number hidden in filler, the same flags).
 """
 import json
 import os
@@ -234,17 +237,11 @@ def evaluate_run(run_dir, name, lengths, args, device):
     tokens = split_tokens(ckpt, run_dir, args.data_dir, args.split)
     if args.max_tokens:
         tokens = tokens[:args.max_tokens]
-    trained = model_config_from_checkpoint(ckpt, path)
-    meta = ckpt.get("meta") or {}
-    if meta.get("format") == "examples":
+    if (ckpt.get("meta") or {}).get("format") == "examples":
         return evaluate_examples(ckpt, path, tokens, run_dir, name, lengths, args, device)
-    # a scaling applies to RoPE runs only; the others are evaluated once, as trained
-    settings = rope_overrides(args) if trained.pos_encoding == "rope" else [{}]
     rows = []
-    for change in settings:
-        model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **change), path, device)
-        config, label = model.config, name + (f" [{scaling_label(model.config)}]" if change else "")
-        row = row_head(label, config)
+    for model, label in scaled_models(ckpt, path, name, args, device):
+        config, row = model.config, {**row_head(label, model.config), **regime_key(model)}  # yarn: its regime
         for length in lengths:
             reason, buckets = why_not(model, length, len(tokens)), None
             if reason:
@@ -262,6 +259,41 @@ def evaluate_run(run_dir, name, lengths, args, device):
                                                     f"{label} stride {args.stride}")
             rows.append({**row, "length": L, "stride": args.stride, "loss": loss, "why": reason})
     return rows
+
+
+def scaled_models(ckpt, path, name, args, device):
+    """(model, row label) per RoPE setting of --rope_scaling: a scaling applies to RoPE runs only; the
+    others are evaluated once, as trained, under the run's name."""
+    trained = model_config_from_checkpoint(ckpt, path)
+    for change in rope_overrides(args) if trained.pos_encoding == "rope" else [{}]:
+        model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **change), path, device)
+        yield model, name + (f" [{scaling_label(model.config)}]" if change else "")
+
+
+def regime_key(model):
+    """{"yarn_regime": RoPE.yarn_regime of the first RoPE layer} for a model stretched by yarn, else {}."""
+    if model.config.rope_scaling != "yarn":
+        return {}
+    i, attn = next((i, b.attn) for i, b in enumerate(model.h) if getattr(b.attn, "rotary", None))
+    return {"yarn_regime": attn.rotary.yarn_regime(type(attn).rope_dim(model.config.layer_config(i)))}
+
+
+def regime_text(r):
+    """One line for a yarn_regime: the turns against the betas, the bands by turns and as the ramp computes them."""
+    t, k, n = r["by_turns"], r["by_ramp"], r["rotated_dims"] // 2
+    side = ">" if r["turns_fastest"] > r["beta_fast"] else "<="
+    return (f"L={r['context']}: fastest pair {r['turns_fastest']:.1f} turns ({side} beta_fast={r['beta_fast']:g}), "
+            f"slowest {r['turns_slowest']:.2g} (beta_slow={r['beta_slow']:g}): "
+            f"{r['regime']}; of {n} pairs, by turns {t['above_beta_fast']} above beta_fast, {t['between']} between, "
+            f"{t['below_beta_slow']} below beta_slow; the ramp keeps {k['kept']}, ramps {k['ramped']}, "
+            f"interpolates {k['interpolated']}")
+
+
+def regime_notes(rows):
+    """A note line per run stretched by yarn: its regime (RoPE.yarn_regime), to read beside its row."""
+    notes = dict.fromkeys(f"yarn regime of {r['run']}: {regime_text(r['yarn_regime'])}"
+                          for r in rows if r.get("yarn_regime"))
+    return "".join(f"{line}\n" for line in notes)
 
 
 def evaluate_examples(ckpt, path, tokens, run_dir, name, lengths, args, device):
@@ -343,6 +375,20 @@ def plot(rows, path, split="val"):
     plt.close(fig)
 
 
+def add_rope_flags(ap):
+    ap.add_argument("--rope_scaling", help="RoPE runs: evaluate with these scalings instead of the trained one, "
+                    "comma-separated from none, pi, ntk, yarn (one row each); no retraining")
+    ap.add_argument("--rope_factor", type=float, help="with --rope_scaling: the extension factor (e.g. 4)")
+    ap.add_argument("--rope_beta_fast", type=float, help="yarn: see model.py (default 32)")
+    ap.add_argument("--rope_beta_slow", type=float, help="yarn: see model.py (default 1)")
+    ap.add_argument("--rope_attn_factor", type=float, help="yarn: cos/sin multiplier (default 0.1 ln(factor) + 1)")
+
+
+def check_rope_flags(args):
+    if args.rope_scaling is None and any(getattr(args, k) is not None for k in ("rope_factor", *YARN_FLAGS)):
+        fail("--rope_factor and the yarn flags go with --rope_scaling=pi|ntk|yarn; add it")
+
+
 def main(argv=None):
     ap = OneLineParser(prog="python -m tools.eval", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs")
@@ -361,19 +407,13 @@ def main(argv=None):
                     help="also the loss of positions [0, L), [L, 2L), [2L, 4L) ... of each window (L = block_size)")
     ap.add_argument("--stride", type=int, help="also the sliding-window loss at each run's block_size: windows "
                     "every S tokens, each token predicted from up to block_size tokens (1 <= S <= block_size)")
-    ap.add_argument("--rope_scaling", help="RoPE runs: evaluate with these scalings instead of the trained one, "
-                    "comma-separated from none, pi, ntk, yarn (one row each); no retraining")
-    ap.add_argument("--rope_factor", type=float, help="with --rope_scaling: the extension factor (e.g. 4)")
-    ap.add_argument("--rope_beta_fast", type=float, help="yarn: see model.py (default 32)")
-    ap.add_argument("--rope_beta_slow", type=float, help="yarn: see model.py (default 1)")
-    ap.add_argument("--rope_attn_factor", type=float, help="yarn: cos/sin multiplier (default 0.1 ln(factor) + 1)")
+    add_rope_flags(ap)
     args = ap.parse_args(argv)
     check_output(args.json, "--json")
     if args.plot is None:  # with the outputs, never in the working folder
         args.plot = (os.path.splitext(args.json)[0] + ".png") if args.json else os.path.join(args.runs[0], "eval.png")
     check_output(args.plot, "--plot")
-    if args.rope_scaling is None and any(getattr(args, k) is not None for k in ("rope_factor", *YARN_FLAGS)):
-        fail("--rope_factor and the yarn flags go with --rope_scaling=pi|ntk|yarn; add it")
+    check_rope_flags(args)
     try:
         lengths = parse_lengths(args.lengths)
     except ValueError as e:
@@ -399,7 +439,7 @@ def main(argv=None):
         reasons = "; ".join(dict.fromkeys(f"{r['run']}: {r['why']}" for r in rows))
         fail(f"none of --lengths={','.join(map(str, lengths))} is possible for any run ({reasons}); "
              "pick lengths up to the runs' block_size")
-    text = markdown_table(rows, lengths, args.stride)
+    text = markdown_table(rows, lengths, args.stride) + regime_notes(rows)
     if args.per_position:
         text += "\n" + position_table(rows)
     print(text, end="")

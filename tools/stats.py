@@ -1,4 +1,5 @@
-"""Paired statistics for compare.py: one config against the reference, seed by seed.
+"""Paired statistics for compare.py: one config against the reference, seed by seed (and the Wilson
+interval of a proportion, for tools.passkey's accuracies).
 
 Runs with the same seed share their data order and evaluation windows, so the difference is
 taken per seed (d_s = loss(config, s) - loss(reference, s)) and tested as one sample:
@@ -69,6 +70,17 @@ def paired(diffs, margin):
         p = 2.0 * t_sf(abs(mean) / se, df)
         p_equiv = max(t_sf((mean + margin) / se, df), t_cdf((mean - margin) / se, df))
     return {"n": n, "mean": mean, "sd": sd, "ci95": (mean - half, mean + half), "p": p, "p_equiv": p_equiv}
+
+
+def wilson(hits, n, z=1.959963984540054):
+    """The 95% Wilson score interval (lo, hi) of a proportion hits/n (Wilson 1927): unlike the normal
+    approximation it stays inside [0, 1] and is not empty at 0 or n hits, which a probe at chance hits."""
+    if n == 0:
+        return None
+    p, z2 = hits / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return (0.0 if hits == 0 else centre - half), (1.0 if hits == n else centre + half)  # exact at the ends
 
 
 def fmt_ci(ci, digits=4):

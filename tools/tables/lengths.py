@@ -1,10 +1,11 @@
 """Positions and lengths: docs/results.md's train-short-test-long tables, docs/positions.md's five
 encodings and docs/rope.md's base and stretching studies, from docs/results/{ext64, positions750,
-ropebase64, ropebase256, ropestretch64}; Men et al.'s bound on RoPE's base from the code
-(tools.analyze.rope_base_lower_bound at the configs' head dim).
+ropebase64, ropebase256, ropestretch64}; Men et al.'s bound on RoPE's base and YaRN's regime from the
+code (tools.analyze.rope_base_lower_bound, RoPE.yarn_regime at the configs' head dim and base).
 """
 import functools
 
+from attention.positional import RoPE
 from tools import analyze
 from tools.tables.source import delta, fmt_sci, md_table, mean_sd, model_of, study, verdict
 
@@ -62,6 +63,31 @@ def rope_bound(root):
                     [[head_dim(), *(f"{round(rope_base_lower_bound(head_dim(), n)):,}" for n in lengths)]])
 
 
+def yarn_regime(context):
+    """RoPE.yarn_regime of the base studies' model (d_h, base) trained at `context`, default betas."""
+    return RoPE(model_of(ROPE_CONFIG).config.rope_base, "yarn", 4.0, context).yarn_regime(head_dim())
+
+
+def yarn_label(model, context):
+    """A stretching row's name, with YaRN's regime at the trained length beside a yarn row."""
+    return f"{model} ({yarn_regime(context)['regime']})" if model.startswith("yarn") else model
+
+
+def yarn_regimes(root):
+    """YaRN's regime at the trained lengths of the stretching studies (64, the one to run at 256) and 1024."""
+    rows = []
+    for n in (64, 256, 1024):
+        r = yarn_regime(n)
+        t, k = r["by_turns"], r["by_ramp"]
+        rows.append([n, f"{r['turns_fastest']:.1f}", f"{r['turns_slowest']:.2g}",
+                     f"{t['above_beta_fast']} / {t['between']} / {t['below_beta_slow']}",
+                     f"{k['kept']} / {k['ramped']} / {k['interpolated']}", r["regime"]])
+    r = yarn_regime(64)
+    return md_table(["trained L", "pair 0: turns over L", f"pair {r['rotated_dims'] // 2 - 1}: turns",
+                     f"pairs > β_fast = {r['beta_fast']:g} / between / < β_slow = {r['beta_slow']:g} (by turns)",
+                     "kept / ramped / interpolated (the ramp as computed)", "regime"], rows)
+
+
 def side_of_bound(base, context):
     return "below" if float(base) < rope_base_lower_bound(head_dim(), context) else "above"
 
@@ -112,19 +138,19 @@ def base_paired(name, lengths):
 
 
 def stretch_s1(root):
-    rows = study(root, "ropestretch64")["zero_shot_s1"]["rows"]
+    rows, context = study(root, "ropestretch64")["zero_shot_s1"]["rows"], study(root, "ropebase64")["context"]
     lengths = list(next(iter(rows.values())))
     return md_table(["model", *(f"L={n}" for n in lengths)],
-                    [["ALiBi" if m == "alibi" else f"RoPE, {m}",
+                    [["ALiBi" if m == "alibi" else f"RoPE, {yarn_label(m, context)}",
                       *("" if r[n] is None else f"{r[n]:.4f}" for n in lengths)] for m, r in rows.items()])
 
 
 def stretch_finetune_s1(root):
-    rows = study(root, "ropestretch64")["finetune_s1"]["rows"]
+    rows, context = study(root, "ropestretch64")["finetune_s1"]["rows"], study(root, "ropebase64")["context"]
     lengths = list(next(iter(rows.values())))
     return md_table(["fine-tuned at 256 with", *(f"L={n}" for n in lengths)],
-                    [["none (only the longer context)" if m == "none" else m, *(f"{r[n]:.4f}" for n in lengths)]
-                     for m, r in rows.items()])
+                    [["none (only the longer context)" if m == "none" else yarn_label(m, context),
+                      *(f"{r[n]:.4f}" for n in lengths)] for m, r in rows.items()])
 
 
 def stretch_zero4(root):
@@ -134,13 +160,14 @@ def stretch_zero4(root):
     for i, n in enumerate(ext["lengths"]):
         out.append([n, f"{ext['test_loss']['rows']['rope'][i][0]:.4f}", *(delta(rows[s][str(n)], 3) for s in rows),
                     delta(ext["vs_rope"]["rows"]["alibi"][i], 3)])
-    return md_table(["L", "none (mean)", *rows, "ALiBi"], out)
+    context = study(root, "ropebase64")["context"]
+    return md_table(["L", "none (mean)", *(yarn_label(m, context) for m in rows), "ALiBi"], out)
 
 
 def stretch_finetune3(root):
     rows = dict(study(root, "ropestretch64")["finetune_vs_none"]["rows"])
-    none = rows.pop("none_mean")
-    return md_table(["L", "none (mean)", *rows],
+    none, context = rows.pop("none_mean"), study(root, "ropebase64")["context"]
+    return md_table(["L", "none (mean)", *(yarn_label(m, context) for m in rows)],
                     [[n, f"{m:.4f}", *(delta(rows[s][n], 3) for s in rows)] for n, m in none.items()])
 
 
@@ -158,4 +185,5 @@ TABLES = {
     "ropestretch64-finetune-s1": stretch_finetune_s1,
     "ropestretch64-x4": stretch_zero4,
     "ropestretch64-finetune": stretch_finetune3,
+    "yarn-regime": yarn_regimes,
 }
