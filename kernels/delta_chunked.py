@@ -25,17 +25,16 @@ from kernels.gla_chunked import in_fp32
 @in_fp32
 def recurrent_delta_step(q, k, v, beta, g, state, scale=None):
     """One decoding step: q, k (B, H, 1, Dk); v (B, H, 1, Dv); beta, g (B, H, 1) (g None: no decay);
-    state (B, H, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state."""
-    Dk = q.size(-1)
-    scale = Dk ** -0.5 if scale is None else scale
-    k_t, v_t, b_t = k[:, :, 0].float(), v[:, :, 0].float(), beta[:, :, 0].float()   # (B,H,Dk), (B,H,Dv), (B,H)
+    state (B, H, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state. Rows stay (1, D)
+    matrices, so each product is one batched matmul (no einsum's reshapes)."""
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    k, v = k.float(), v.float()
     if g is not None:                                                  # forget
-        state = g[:, :, 0].float().exp()[..., None, None] * state
-    read = torch.einsum("bhd,bhde->bhe", k_t, state)                   # what k_t reads now: S^T k
-    u = b_t[..., None] * (v_t - read)                                  # the correction to write
-    state = state + k_t[..., None] * u[..., None, :]                   # write: k u^T
-    o = torch.einsum("bhd,bhde->bhe", q[:, :, 0].float() * scale, state)
-    return o[:, :, None].to(q.dtype), state
+        state = g.float().exp()[..., None] * state
+    u = beta.float()[..., None] * (v - k @ state)                      # the correction to write: v - S^T k
+    state = torch.addcmul(state, k.transpose(-1, -2), u)               # write: k u^T
+    o = (q.float() * scale) @ state
+    return o.to(q.dtype), state
 
 
 @in_fp32

@@ -21,9 +21,12 @@ MAX_FACTORED_SPAN = 40.0  # nats a chunk may decay for chunk_gla's one-matmul in
 
 def in_fp32(fn):
     """Run the recurrence math in fp32 even under autocast: autocast would run the einsums
-    in bf16/fp16, where the state loses precision and (fp16) exp(40) overflows."""
+    in bf16/fp16, where the state loses precision and (fp16) exp(40) overflows. Without
+    autocast on, fn runs as called: entering the context costs more than a decoding step's math."""
     @functools.wraps(fn)
     def wrapper(q, *args, **kwargs):
+        if not torch.is_autocast_enabled(q.device.type):
+            return fn(q, *args, **kwargs)
         with torch.autocast(q.device.type, enabled=False):
             return fn(q, *args, **kwargs)
     return wrapper
@@ -31,18 +34,18 @@ def in_fp32(fn):
 
 @in_fp32
 def recurrent_gla_step(q, k, v, g, state, scale=None):
-    """One decoding step: q (B, H, 1, Dk); k, g (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv);
-    state (B, Hkv, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state."""
+    """One decoding step: q (B, H, 1, Dk); k (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv); g (B, Hkv, 1, Dk) or
+    any shape that broadcasts to it (a fixed per-head decay: (1, Hkv, 1, 1)), None for no decay;
+    state (B, Hkv, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state.
+    A handful of ops on (1, Dk)-row views, since at batch 1 each op's overhead is the cost."""
     B, H, _, Dk = q.shape
     Hkv = k.size(1)
     scale = Dk ** -0.5 if scale is None else scale
-    k_t, v_t = k[:, :, 0].float(), v[:, :, 0].float()                  # (B, Hkv, Dk), (B, Hkv, Dv)
     if g is not None:                                                  # forget: decay each key row
-        state = g[:, :, 0].float().exp()[..., None] * state
-    state = state + k_t[..., None] * v_t[..., None, :]                 # write: outer product k^T v
-    q_t = q[:, :, 0].float().reshape(B, Hkv, H // Hkv, Dk) * scale
-    o = torch.einsum("bhgd,bhde->bhge", q_t, state)                    # read: q S
-    return o.reshape(B, H, 1, -1).to(q.dtype), state
+        state = g.float().exp().transpose(-1, -2) * state
+    state = torch.addcmul(state, k.float().transpose(-1, -2), v.float())   # write: outer product k^T v
+    o = (q.float() * scale).reshape(B, Hkv, H // Hkv, Dk) @ state          # read: q S, (B, Hkv, G, Dv)
+    return o.view(B, H, 1, -1).to(q.dtype), state
 
 
 # chunk_gla's numerical safety. Every exponent in its formulas (the docstring) is <= 0 except
