@@ -166,15 +166,22 @@ class RoPE:
         On CPU, eagerly, rows of a table of positions [0, L) made once per (RoPE, head_dim, device, L),
         L a power of two past the largest position: a decoding step then pays one row lookup instead
         of the ~10 small ops that compute the angles, and the rows equal those angles bit for bit (the
-        same fp64 products). On CUDA (sizing the table needs the largest position on the host: a sync
-        in every layer) and while torch.compile traces (it fuses the angles) they are computed."""
+        same fp64 products). The rows last looked up are kept with their positions tensor: the model
+        hands the same one to every layer, and the layers after the first reuse them. On CUDA (sizing
+        the table needs the largest position on the host: a sync in every layer) and while
+        torch.compile traces (it fuses the angles) they are computed."""
         if pos.device.type != "cpu" or torch.compiler.is_compiling() or pos.numel() == 0:
             return rope_rotation(pos, self.inv_freq(head_dim), self.attention_factor())
+        last = _LAST_ROTATION.get((self, head_dim))
+        if last is not None and last[0] is pos and last[1] == pos._version:  # the layer before took these
+            return last[2]
         lo, hi = (int(t) for t in torch.aminmax(pos))
         if lo < 0:  # not a position a table holds
             return rope_rotation(pos, self.inv_freq(head_dim), self.attention_factor())
         length = max(ROPE_TABLE_MIN, 1 << hi.bit_length())  # > hi
-        return _rotation_table(self, head_dim, pos.device, length).index_select(0, pos)
+        rotation = _rotation_table(self, head_dim, pos.device, length).index_select(0, pos)
+        _LAST_ROTATION[(self, head_dim)] = (pos, pos._version, rotation)
+        return rotation
 
     def __call__(self, pos: torch.Tensor, *xs: torch.Tensor):
         """Rotate the first r dims of each (B, heads, T, d) tensor at positions pos (T,)."""
@@ -185,6 +192,10 @@ class RoPE:
         if r == xs[0].size(-1):
             return tuple(rotate_pairs(x, rotation) for x in xs)
         return tuple(torch.cat([rotate_pairs(x[..., :r], rotation), x[..., r:]], dim=-1) for x in xs)
+
+
+# (RoPE, head_dim) -> (positions tensor, its version counter, rotation): RoPE.rotation's last lookup
+_LAST_ROTATION = {}
 
 
 @functools.lru_cache(maxsize=64)

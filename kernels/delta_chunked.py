@@ -19,7 +19,7 @@ attention/dispatch.py records that PyTorch runs.
 import torch
 import torch.nn.functional as F
 
-from kernels.gla_chunked import in_fp32
+from kernels.gla_chunked import fp32, in_fp32
 
 
 @in_fp32
@@ -28,12 +28,12 @@ def recurrent_delta_step(q, k, v, beta, g, state, scale=None):
     state (B, H, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state. Rows stay (1, D)
     matrices, so each product is one batched matmul (no einsum's reshapes)."""
     scale = q.size(-1) ** -0.5 if scale is None else scale
-    k, v = k.float(), v.float()
+    k, v = fp32(k), fp32(v)
     if g is not None:                                                  # forget
-        state = g.float().exp()[..., None] * state
-    u = beta.float()[..., None] * (v - k @ state)                      # the correction to write: v - S^T k
+        state = fp32(g).exp()[..., None] * state
+    u = fp32(beta)[..., None] * (v - k @ state)                        # the correction to write: v - S^T k
     state = torch.addcmul(state, k.transpose(-1, -2), u)               # write: k u^T
-    o = (q.float() * scale) @ state
+    o = (fp32(q) * scale) @ state
     return o.to(q.dtype), state
 
 

@@ -32,6 +32,11 @@ def in_fp32(fn):
     return wrapper
 
 
+def fp32(t: torch.Tensor) -> torch.Tensor:
+    """t in fp32: itself when it already is (t.float() costs a dispatch even then; a step makes several)."""
+    return t if t.dtype == torch.float32 else t.float()
+
+
 @in_fp32
 def recurrent_gla_step(q, k, v, g, state, scale=None):
     """One decoding step: q (B, H, 1, Dk); k (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv); g (B, Hkv, 1, Dk) or
@@ -42,9 +47,9 @@ def recurrent_gla_step(q, k, v, g, state, scale=None):
     Hkv = k.size(1)
     scale = Dk ** -0.5 if scale is None else scale
     if g is not None:                                                  # forget: decay each key row
-        state = g.float().exp().transpose(-1, -2) * state
-    state = torch.addcmul(state, k.float().transpose(-1, -2), v.float())   # write: outer product k^T v
-    o = (q.float() * scale).reshape(B, Hkv, H // Hkv, Dk) @ state          # read: q S, (B, Hkv, G, Dv)
+        state = fp32(g).exp().transpose(-1, -2) * state
+    state = torch.addcmul(state, fp32(k).transpose(-1, -2), fp32(v))   # write: outer product k^T v
+    o = (fp32(q) * scale).reshape(B, Hkv, H // Hkv, Dk) @ state        # read: q S, (B, Hkv, G, Dv)
     return o.view(B, H, 1, -1).to(q.dtype), state
 
 

@@ -106,6 +106,7 @@ SUITES = {
     "longctx": "every variant: training tokens/s and peak memory at T=1k/4k/8k, decode ms/token at 256/4k/16k",
     "data": "the data/*/prepare.py pipelines: tokens/s and peak memory",
     "threads": "CPU thread settings for training, quiet and with one competing process",
+    "decode": "one decoding step: every variant at 256/4k/16k context, and ours against HF Llama generate",
 }
 
 
