@@ -35,6 +35,7 @@ from attention import record
 from attention.base import Attention
 from attention.cache import ConvStateCache
 from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
+from kernels.gla_chunked import fp32, in_dtype
 from kernels.reference import naive_recurrent_delta_rule
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Mamba-2's range for the initial step size dt = softplus(dt_bias)
@@ -47,9 +48,9 @@ def causal_conv(x, weight, past):
     One token (decoding) is the taps' weighted sum of the K inputs: conv1d's setup costs ~10x that
     at this size (the two round differently, by fp32 rounding)."""
     K = weight.size(1)
-    full = torch.cat([past.to(x.dtype), x], dim=1)                     # (B, K-1+T, C)
+    full = torch.cat([in_dtype(past, x.dtype), x], dim=1)                     # (B, K-1+T, C)
     if x.size(1) == 1:
-        y = (full * weight.t().to(x.dtype)).sum(dim=1, keepdim=True)
+        y = (full * in_dtype(weight.t(), x.dtype)).sum(dim=1, keepdim=True)
     else:
         y = F.conv1d(full.transpose(1, 2), weight[:, None, :].to(x.dtype), groups=weight.size(0)).transpose(1, 2)
     return F.silu(y), full[:, full.size(1) - (K - 1):]
@@ -110,13 +111,13 @@ class DeltaNet(Attention):
         heads = qkv.view(B, T, 3 * H, D)                                                  # [q: H | k: H | v: H]
         qk, = self.rope(pos, F.normalize(heads[:, :, :2 * H], dim=-1).transpose(1, 2))    # q and k at once
         q, k, v = qk[:, :H], qk[:, H:], heads[:, :, 2 * H:].transpose(1, 2)               # (B, H, T, D)
-        beta = torch.sigmoid(self.b_proj(x).float()).transpose(1, 2)                      # (B, H, T)
+        beta = torch.sigmoid(fp32(self.b_proj(x))).transpose(1, 2)                        # (B, H, T)
         if self.beta_scale != 1.0:
             beta = self.beta_scale * beta
         g = None
         if self.gated:
-            dt = F.softplus(self.a_proj(x).float() + self.dt_bias)                          # (B, T, H)
-            g = (-self.A_log.float().exp() * dt).transpose(1, 2)                           # (B, H, T), <= 0
+            dt = F.softplus(fp32(self.a_proj(x)) + self.dt_bias)                            # (B, T, H)
+            g = (-fp32(self.A_log).exp() * dt).transpose(1, 2)                             # (B, H, T), <= 0
         # analyze.py's weights: o_t = sum_j (alpha_{j+1} .. alpha_t) (q_t . k_j) u_j / sqrt(D), GLA's form over
         # the corrected values u_j (kernels/delta_chunked.py), so the same hook serves (only while recording)
         if record.state is not None:
@@ -128,8 +129,8 @@ class DeltaNet(Attention):
             rule = naive_recurrent_delta_rule if self.impl(x.device, "forward") == "naive" else self.chunked
             o, state = rule(q, k, v, beta, g, initial_state=state, output_final_state=cache is not None)
         if cache is not None:
-            cache.update(state, past.float(), T)
-        o = self.o_norm(o.to(x.dtype)).transpose(1, 2) * F.silu(self.r_proj(x).view(B, T, H, D))
+            cache.update(state, fp32(past), T)
+        o = self.o_norm(in_dtype(o, x.dtype)).transpose(1, 2) * F.silu(self.r_proj(x).view(B, T, H, D))
         return self.resid_dropout(self.c_proj(o.reshape(B, T, H * D)))
 
     def kernel_cases(self) -> dict:

@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from attention.base import Attention
 from attention.cache import StateCache
 from attention.record import record_linear
-from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step, softmax_pair_inputs
+from kernels.gla_chunked import chunk_gla, fp32, in_fp32, recurrent_gla_step, softmax_pair_inputs
 from kernels.reference import naive_recurrent_gla
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
@@ -168,7 +168,7 @@ class LinearFamilyAttention(Attention):
         B, T, _ = x.shape
         Hkv, D = self.n_kv_head, self.head_dim
         if self.gk_proj is not None:
-            return (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
+            return (F.logsigmoid(fp32(self.gk_proj(x))) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
         if self.fixed_log_decay is not None:
             return self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D)
         return None

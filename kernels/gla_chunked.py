@@ -34,7 +34,12 @@ def in_fp32(fn):
 
 def fp32(t: torch.Tensor) -> torch.Tensor:
     """t in fp32: itself when it already is (t.float() costs a dispatch even then; a step makes several)."""
-    return t if t.dtype == torch.float32 else t.float()
+    return in_dtype(t, torch.float32)
+
+
+def in_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t.to(dtype) without the dispatch when t already has it."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 @in_fp32
@@ -44,13 +49,13 @@ def recurrent_gla_step(q, k, v, g, state, scale=None):
     state (B, Hkv, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state.
     A handful of ops on (1, Dk)-row views, since at batch 1 each op's overhead is the cost."""
     B, H, _, Dk = q.shape
-    Hkv = k.size(1)
+    Hkv, Dv = k.size(1), v.size(-1)
     scale = Dk ** -0.5 if scale is None else scale
     if g is not None:                                                  # forget: decay each key row
         state = fp32(g).exp().transpose(-1, -2) * state
     state = torch.addcmul(state, fp32(k).transpose(-1, -2), fp32(v))   # write: outer product k^T v
-    o = (fp32(q) * scale).reshape(B, Hkv, H // Hkv, Dk) @ state        # read: q S, (B, Hkv, G, Dv)
-    return o.view(B, H, 1, -1).to(q.dtype), state
+    o = torch.bmm((fp32(q) * scale).reshape(B * Hkv, H // Hkv, Dk), state.reshape(B * Hkv, Dk, Dv))  # read: q S
+    return in_dtype(o.view(B, H, 1, Dv), q.dtype), state
 
 
 # chunk_gla's numerical safety. Every exponent in its formulas (the docstring) is <= 0 except
