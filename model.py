@@ -377,7 +377,9 @@ class GPT(nn.Module):
         """forward through torch.compile, for one-token decoding steps against caches (generate_stream's
         compile=True). On CPU at small widths a step is mostly per-op overhead, which compiling removes
         (~2-4x fewer ms per token; python -m tools.bench --suite=decode --compile), at the price of a
-        first call that compiles for tens of seconds and needs a C++ compiler: opt-in, never the default."""
+        first call that compiles for tens of seconds and needs a C++ compiler: opt-in, never the default.
+        torch.compile caches by code object: every model compiled in one process, and each new cache
+        shape, counts against torch._dynamo.config.recompile_limit (8; past it, steps run eagerly)."""
         return torch.compile(self.forward)
 
     @torch.no_grad()
