@@ -4,7 +4,6 @@ attention variant, and the sinusoidal absolute code (added to the token embeddin
 All work on absolute positions (a LongTensor of the tokens' indices in the
 sequence), so a decoder with a cache just passes the positions of the new tokens.
 """
-import functools
 import math
 from dataclasses import dataclass
 
@@ -54,6 +53,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
 ROPE_TABLE_MIN = 1024  # positions a CPU rotation table starts with; it doubles as positions pass it
+ROPE_TABLE_MAX = 1 << 16  # ... up to this many (32 MiB at head dim 128); later positions are computed
 # Published extensions go 4x to 64x (PI, YaRN, Llama 3.1's 8x; LongRoPE's 512x the far end): a
 # factor past 1024 is a typo (e.g. 1e308, which trained: theta / 1e308 is all but 0), not a study.
 MAX_ROPE_FACTOR = 1024.0
@@ -163,23 +163,22 @@ class RoPE:
     def rotation(self, pos: torch.Tensor, head_dim: int) -> torch.Tensor:
         """cos + j sin of m * theta_i (times the attention factor) at positions pos (T,): (T, r/2) complex64.
 
-        On CPU, eagerly, rows of a table of positions [0, L) made once per (RoPE, head_dim, device, L),
-        L a power of two past the largest position: a decoding step then pays one row lookup instead
-        of the ~10 small ops that compute the angles, and the rows equal those angles bit for bit (the
-        same fp64 products). The rows last looked up are kept with their positions tensor: the model
-        hands the same one to every layer, and the layers after the first reuse them. On CUDA (sizing
-        the table needs the largest position on the host: a sync in every layer) and while
-        torch.compile traces (it fuses the angles) they are computed."""
+        On CPU, eagerly, rows of a table of positions [0, L), one per (RoPE, head_dim, device), L a
+        power of two past the largest position (up to ROPE_TABLE_MAX): a decoding step then pays one
+        row lookup instead of the ~10 small ops that compute the angles, and the rows equal those
+        angles bit for bit (the same fp64 products). The rows last looked up are kept with their
+        positions tensor: the model hands the same one to every layer, and the layers after the first
+        reuse them. On CUDA (sizing the table needs the largest position on the host: a sync in every
+        layer) and while torch.compile traces (it fuses the angles) they are computed."""
         if pos.device.type != "cpu" or torch.compiler.is_compiling() or pos.numel() == 0:
             return rope_rotation(pos, self.inv_freq(head_dim), self.attention_factor())
         last = _LAST_ROTATION.get((self, head_dim))
         if last is not None and last[0] is pos and last[1] == pos._version:  # the layer before took these
             return last[2]
         lo, hi = (int(t) for t in torch.aminmax(pos))
-        if lo < 0:  # not a position a table holds
+        if not 0 <= lo <= hi < ROPE_TABLE_MAX:  # not positions a table holds
             return rope_rotation(pos, self.inv_freq(head_dim), self.attention_factor())
-        length = max(ROPE_TABLE_MIN, 1 << hi.bit_length())  # > hi
-        rotation = _rotation_table(self, head_dim, pos.device, length).index_select(0, pos)
+        rotation = _rotation_table(self, head_dim, pos.device, hi + 1).index_select(0, pos)
         _LAST_ROTATION[(self, head_dim)] = (pos, pos._version, rotation)
         return rotation
 
@@ -196,12 +195,20 @@ class RoPE:
 
 # (RoPE, head_dim) -> (positions tensor, its version counter, rotation): RoPE.rotation's last lookup
 _LAST_ROTATION = {}
+# (RoPE, head_dim, device) -> RoPE.rotation at positions 0..L-1 (RoPE is frozen, so hashable)
+_ROTATION_TABLES = {}
 
 
-@functools.lru_cache(maxsize=64)
-def _rotation_table(rope: RoPE, head_dim: int, device: torch.device, length: int) -> torch.Tensor:
-    """RoPE.rotation at positions 0..length-1 on device, computed once (RoPE is frozen, so hashable)."""
-    return rope_rotation(torch.arange(length, device=device), rope.inv_freq(head_dim), rope.attention_factor())
+def _rotation_table(rope: RoPE, head_dim: int, device: torch.device, rows: int) -> torch.Tensor:
+    """The rotation table of (rope, head_dim, device) with at least `rows` rows: made at ROPE_TABLE_MIN
+    and remade at the next power of two when positions pass it (one table per key)."""
+    key = (rope, head_dim, device)
+    table = _ROTATION_TABLES.get(key)
+    if table is None or table.size(0) < rows:
+        length = max(ROPE_TABLE_MIN, 1 << (rows - 1).bit_length())
+        table = rope_rotation(torch.arange(length, device=device), rope.inv_freq(head_dim), rope.attention_factor())
+        _ROTATION_TABLES[key] = table
+    return table
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:
