@@ -34,7 +34,7 @@ def in_fp32(fn):
 
 def fp32(t: torch.Tensor) -> torch.Tensor:
     """t in fp32: itself when it already is (t.float() costs a dispatch even then; a step makes several)."""
-    return in_dtype(t, torch.float32)
+    return t if t.dtype == torch.float32 else t.float()
 
 
 def in_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
