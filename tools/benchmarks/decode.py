@@ -42,7 +42,7 @@ from trainer.settings import MODEL_KEYS, parse_keys
 DEFAULT_CONFIGS = [f"config/ladder256/{name}.py" for name in
                    ("mha", "gla", "linear", "retnet", "deltanet", "gated_deltanet")]
 QUICK_WIDTH = ["--n_layer=1", "--n_embd=32", "--n_head=4"]
-COMPILE_WARMUP = 3  # compiled steps run before timing: the first compiles, a second may recompile for dynamic shapes
+WARMUP = 3  # untimed steps first: a compiled step compiles, then may recompile once for dynamic shapes
 
 
 def parse_args(argv):
@@ -97,7 +97,7 @@ def prepare_variant(path, args, device):
     """(row, cells): the variant's row without timings, and a cell (entry, key, step, times) per context
     (and --compile) holding a prefilled step with room for every round's steps, which the rounds time."""
     contexts = int_list(args.contexts)
-    total = args.rounds * args.steps + COMPILE_WARMUP
+    total = args.rounds * args.steps + WARMUP
     torch.manual_seed(0)
     model = GPT(model_config(path, args, max(contexts) + total)).to(device).eval()
     row = {"variant": os.path.splitext(os.path.basename(path))[0], "attention": model.config.attention,
@@ -114,9 +114,9 @@ def prepare_variant(path, args, device):
                 continue
             step, info = made
             entry.update(info)
-            if forward is not None:  # compile (and any recompile for dynamic shapes) before timing
-                t0 = time.perf_counter()
-                step_times(step, COMPILE_WARMUP)
+            t0 = time.perf_counter()
+            step_times(step, WARMUP)  # first calls: lazy setup; torch.compile's compiling (and recompiling)
+            if forward is not None:
                 entry["compile_s"] = time.perf_counter() - t0
             cells.append((entry, key, step, []))
     return row, cells
