@@ -7,6 +7,7 @@ The attention variant comes from attention/ (config.attention); positions are ab
 token indices handed to every layer, so the same forward serves training, prefill and
 one-token decoding with per-layer caches.
 """
+import functools
 import math
 from dataclasses import asdict, dataclass, fields, replace
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention import VARIANTS, build_attention, key_owners, member_named_by_gla_knobs, variant_class
+from attention.base import dropout_layer
 from attention.dispatch import ATTN_IMPLS, impl_report, why_impl_cannot_run
 from attention.positional import RoPE, sinusoidal_encoding
 
@@ -204,7 +206,7 @@ class MLP(nn.Module):
         hidden = config.mlp_hidden or 4 * config.n_embd
         self.c_fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = dropout_layer(config.dropout)
         self.gelu_approximate = config.gelu_approximate
 
     def forward(self, x):
@@ -230,7 +232,7 @@ class GPT(nn.Module):
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
         self.wpe = nn.Embedding(config.block_size, config.n_embd) if config.pos_encoding == "learned" else None
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = dropout_layer(config.dropout)
         self.h = nn.ModuleList(Block(config, i) for i in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -287,12 +289,11 @@ class GPT(nn.Module):
         x = self.drop(x)
         for i, block in enumerate(self.h):
             x = block(x, pos, caches[i] if caches is not None else None)
-        x = self.ln_f(x)
         if targets is not None:
-            logits = self.lm_head(x)
+            logits = self.lm_head(self.ln_f(x))
             loss = F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), ignore_index=-1)
             return logits, loss
-        return self.lm_head(x[:, -1:] if last_only else x), None
+        return self.lm_head(self.ln_f(x[:, -1:] if last_only and T > 1 else x)), None
 
     # ---- decoding ----
     def init_caches(self, batch_size, max_len, device=None, dtype=None):
@@ -334,7 +335,7 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate_stream(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-                        generator=None, use_cache=True, max_context=None):
+                        generator=None, use_cache=True, max_context=None, compile=False):
         """Yield the next token ids (B,) one step at a time.
 
         With the cache: one prefill pass over the prompt (cropped to the window), then one
@@ -343,6 +344,7 @@ class GPT(nn.Module):
         Without the cache: recompute the last `window` tokens every step.
         Sinusoidal positions are absolute too, so they fall back like learned ones once the
         cache holds `window` tokens (a slid cache would disagree with a recompute from 0).
+        compile=True runs the one-token steps through torch.compile (compiled_step); off by default.
         """
         window = self.context_window(max_context)
         # A cache that holds all a step needs at any length (linear attention's state, a window's
@@ -350,8 +352,12 @@ class GPT(nn.Module):
         # so recomputing starts from the same token to agree with it.
         any_length = all(b.attn.decodes_any_length for b in self.h)
         first = max(0, idx.size(1) - window) if any_length else None
+        step = self.compiled_step if compile and use_cache else self
+        tokens = idx.new_empty(idx.size(0), idx.size(1) + max_new_tokens)  # the sequence so far, written in place
+        tokens[:, :idx.size(1)] = idx
         caches = None
-        for step in range(max_new_tokens):
+        for n in range(idx.size(1), tokens.size(1)):
+            idx = tokens[:, :n]
             if not use_cache:
                 logits, _ = self(idx[:, first:] if first is not None else idx[:, -window:], last_only=True)
             elif caches is None:
@@ -362,10 +368,19 @@ class GPT(nn.Module):
             elif self.config.pos_encoding in ABSOLUTE_POSITIONS and first is None and caches[0].pos >= window:
                 logits, _ = self(idx[:, -window:], last_only=True)
             else:
-                logits, _ = self(idx[:, -1:], caches=caches, last_only=True)
-            next_id = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p, generator)
-            idx = torch.cat((idx, next_id[:, None]), dim=1)
+                logits, _ = step(idx[:, -1:], caches=caches, last_only=True)
+            tokens[:, n] = next_id = sample_next(logits[:, -1, :].float(), temperature, top_k, top_p, generator)
             yield next_id
+
+    @functools.cached_property
+    def compiled_step(self):
+        """forward through torch.compile, for one-token decoding steps against caches (generate_stream's
+        compile=True). On CPU at small widths a step is mostly per-op overhead, which compiling removes
+        (~2-4x fewer ms per token; python -m tools.bench --suite=decode --compile), at the price of a
+        first call that compiles for tens of seconds and needs a C++ compiler: opt-in, never the default.
+        torch.compile caches by code object: every model compiled in one process, and each new cache
+        shape, counts against torch._dynamo.config.recompile_limit (8; past it, steps run eagerly)."""
+        return torch.compile(self.forward)
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, **kwargs):

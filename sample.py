@@ -54,6 +54,9 @@ def parse_args(argv=None):
                     help="tokens kept while decoding (RoPE/ALiBi/none slide past it; linear "
                          "attention's state keeps everything, so it only crops the prompt); 0 = block_size")
     ap.add_argument("--no_cache", action="store_true", help="recompute the whole context every step")
+    ap.add_argument("--compile", action="store_true",
+                    help="decoding steps through torch.compile: fewer ms per token after a first step that compiles "
+                         "(tens of seconds; needs a C++ compiler on CPU)")
     args = ap.parse_args(argv)
     if args.threads < 0:
         ap.error("--threads must be at least 0 (0 = choose from the free cores)")
@@ -65,6 +68,8 @@ def parse_args(argv=None):
         ap.error("need a finite --temperature >= 0, 0 < --top_p <= 1, --top_k >= 0, --max_context >= 0")
     if not args.init_from and any(v is not None for v in (args.attention, args.n_kv_head, args.kv_lora_rank)):
         ap.error("--attention, --n_kv_head and --kv_lora_rank convert pretrained weights; use them with --init_from")
+    if args.compile and args.no_cache:
+        ap.error("--compile compiles the cached decoding step; drop it or --no_cache")
     return args
 
 
@@ -123,7 +128,8 @@ def stream_sample(model, tokenizer, x, args, generator):
     pending, printed, n_new = [], [], 0  # pending: ids not printed yet
     for next_id in model.generate_stream(x, args.max_new_tokens, temperature=args.temperature,
                                          top_k=args.top_k or None, top_p=args.top_p, generator=generator,
-                                         use_cache=not args.no_cache, max_context=args.max_context or None):
+                                         use_cache=not args.no_cache, max_context=args.max_context or None,
+                                         compile=args.compile):
         pending.append(next_id.item())
         n_new += 1
         text = tokenizer.decode(pending)

@@ -72,7 +72,7 @@ import torch.nn.functional as F
 from attention import record
 from attention.cache import KVCache
 from attention.dispatch import ATTN_IMPLS, check_impl_runs_on, choose_impl  # noqa: F401  (public here too)
-from attention.positional import RoPE, alibi_bias, alibi_slopes
+from attention.positional import RoPE, alibi_bias, alibi_slopes, visible_keys
 
 
 class Attention(nn.Module):
@@ -178,7 +178,7 @@ class Attention(nn.Module):
         self.gate_proj = None
         if config.attn_output_gate == "sigmoid":
             self.gate_proj = nn.Linear(config.n_embd, self.n_head * self.head_dim, bias=config.bias)
-        self.resid_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = dropout_layer(config.dropout)
         self.dropout = config.dropout
         self.pos_encoding = config.pos_encoding
         self.rotary = RoPE.from_config(config) if config.pos_encoding == "rope" else None
@@ -232,6 +232,12 @@ def mean_keys_in_blocks(seq_len: int, block: int, earlier=lambda b: 0) -> float:
     return total / seq_len
 
 
+def dropout_layer(p: float) -> nn.Module:
+    """nn.Dropout(p), or nn.Identity when p is 0: a Dropout call costs ~4 us even when it drops nothing,
+    and a decoding step at batch 1 makes 2 * n_layer + 1 of them."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 def relative_error(exact, approx) -> float:
     """||exact - approx||_F / ||exact||_F: what a weight conversion (convert_from_mha) loses."""
     return ((exact - approx).norm() / exact.norm()).item()
@@ -253,15 +259,13 @@ class QKVAttention(Attention):
         self.setup_output_and_positions(config)
 
     def project(self, x, pos):
-        """x (B, T, C) -> q (B, H, T, D), k, v (B, Hkv, T, D), RoPE applied at `pos`."""
+        """x (B, T, C) -> q (B, H, T, D), k, v (B, Hkv, T, D), RoPE applied at `pos` to q and k at once
+        (views of one tensor of H + Hkv heads: half the small ops of a decoding step's rotation)."""
         B, T, _ = x.shape
-        D = self.head_dim
-        q, k, v = self.c_attn(x).split([self.n_head * D, self.n_kv_head * D, self.n_kv_head * D], dim=-1)
-        q = q.view(B, T, self.n_head, D).transpose(1, 2)
-        k = k.view(B, T, self.n_kv_head, D).transpose(1, 2)
-        v = v.view(B, T, self.n_kv_head, D).transpose(1, 2)
-        q, k = self.rope(pos, q, k)
-        return q, k, v
+        H, Hkv = self.n_head, self.n_kv_head
+        heads = self.c_attn(x).view(B, T, H + 2 * Hkv, self.head_dim).transpose(1, 2)   # [q: H | k: Hkv | v: Hkv]
+        qk, = self.rope(pos, heads[:, :H + Hkv])
+        return qk[:, :H], qk[:, H:], heads[:, H + Hkv:]
 
     def init_cache(self, batch_size, max_len, device, dtype):
         return KVCache(batch_size, self.n_kv_head, max_len, self.head_dim, self.head_dim, device, dtype)
@@ -277,13 +281,15 @@ class QKVAttention(Attention):
 
 
 def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, scale=None,
-           dropout_p: float = 0.0, impl: str = "sdpa") -> torch.Tensor:
+           dropout_p: float = 0.0, impl: str = "sdpa", sees_all_keys: bool = False) -> torch.Tensor:
     """Causal softmax attention by absolute positions.
 
     q: (B, H, Tq, Dqk)   k: (B, Hkv, Tk, Dqk)   v: (B, Hkv, Tk, Dv)   H % Hkv == 0
     q_pos: (Tq,)  k_pos: (Tk,)   query i sees key j iff k_pos[j] <= q_pos[i], in any order of the keys
     alibi_slopes: (H,) or None    keep: optional bool (Tq, Tk), (H, Tq, Tk) or (B, H, Tq, Tk) extra mask
     window: optional int W: query i sees only keys with k_pos[j] > q_pos[i] - W (its last W positions)
+    sees_all_keys: the caller knows that positions let every query see every key (one token after a
+    cache's keys: a decoding step), so PyTorch runs without building a mask, a few ops of each step
     Returns (B, H, Tq, Dv).
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
@@ -298,30 +304,27 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, 
         from kernels.flash_attn import flash_attention  # keys in position order, ending at the last query
         return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes, window=window)
 
-    allowed = k_pos[None, :] <= q_pos[:, None]                       # (Tq, Tk)
-    if window is not None:
-        allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
-    if keep is not None:
-        allowed = allowed & keep
+    unmasked = sees_all_keys and keep is None and window is None and impl != "naive"
+    allowed = None if unmasked else visible_keys(q_pos, k_pos, keep, window)   # (Tq, Tk) or keep's shape
     bias = alibi_bias(alibi_slopes, q_pos, k_pos) if alibi_slopes is not None else None
-
     if impl == "naive":
         return _naive_attention(q, k, v, allowed, bias, scale, dropout_p)
-    plain_causal = bias is None and keep is None and window is None and q.size(2) == k.size(2)
-    if plain_causal:
+    plain_causal = bias is None and not unmasked and keep is None and window is None and q.size(2) == k.size(2)
+    if plain_causal or (unmasked and bias is None):
         mask = None
     elif bias is None:
         mask = allowed
-    else:  # additive float mask carrying both ALiBi and causality
-        mask = bias.masked_fill(~allowed, float("-inf")).to(q.dtype)
+    else:  # additive float mask carrying ALiBi (and causality, unless every key is visible)
+        mask = (bias if unmasked else bias.masked_fill(~allowed, float("-inf"))).to(q.dtype)
     B, H, Tq, _ = q.shape
     Hkv = k.size(1)
-    if H != Hkv and mask is not None:
+    if H != Hkv and not plain_causal:
         # SDPA's enable_gqa copies each KV head once per query head (on CPU), which dominates
         # a decoding step. Instead fold the G query heads of a KV head onto the query axis:
         #   q (B, H, Tq, D) -> (B, Hkv, G*Tq, D);  mask (Tq, Tk) -> (G*Tq, Tk), (H, Tq, Tk) -> (Hkv, G*Tq, Tk)
         G = H // Hkv
-        mask = mask.repeat(G, 1) if mask.dim() == 2 else mask.reshape(*mask.shape[:-3], Hkv, G * Tq, -1)
+        if mask is not None:
+            mask = mask.repeat(G, 1) if mask.dim() == 2 else mask.reshape(*mask.shape[:-3], Hkv, G * Tq, -1)
         out = F.scaled_dot_product_attention(q.reshape(B, Hkv, G * Tq, -1), k, v, attn_mask=mask,
                                              dropout_p=dropout_p, scale=scale)
         return out.view(B, H, Tq, -1)

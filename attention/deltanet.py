@@ -31,10 +31,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attention import record
 from attention.base import Attention, chunk_lengths, mean_keys_in_blocks
 from attention.cache import ConvStateCache
-from attention.record import record_linear
 from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
+from kernels.gla_chunked import fp32, in_dtype
 from kernels.reference import naive_recurrent_delta_rule
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Mamba-2's range for the initial step size dt = softplus(dt_bias)
@@ -43,11 +44,16 @@ A_MAX = 16.0                 # A = exp(A_log) drawn from U(0, A_MAX) at init (fl
 
 def causal_conv(x, weight, past):
     """Depthwise causal convolution then SiLU. x (B, T, C), weight (C, K), past (B, K-1, C) the
-    inputs before x (zeros at the start). Returns (B, T, C) and the last K-1 inputs (the next past)."""
+    inputs before x (zeros at the start). Returns (B, T, C) and the last K-1 inputs (the next past).
+    One token (decoding) is the taps' weighted sum of the K inputs: conv1d's setup costs ~10x that
+    at this size (the two round differently, by fp32 rounding)."""
     K = weight.size(1)
-    full = torch.cat([past.to(x.dtype), x], dim=1)                     # (B, K-1+T, C)
-    y = F.conv1d(full.transpose(1, 2), weight[:, None, :].to(x.dtype), groups=weight.size(0))
-    return F.silu(y.transpose(1, 2)), full[:, full.size(1) - (K - 1):]
+    full = torch.cat([in_dtype(past, x.dtype), x], dim=1)                     # (B, K-1+T, C)
+    if x.size(1) == 1:
+        y = (full * in_dtype(weight.t(), x.dtype)).sum(dim=1, keepdim=True)
+    else:
+        y = F.conv1d(full.transpose(1, 2), weight[:, None, :].to(x.dtype), groups=weight.size(0)).transpose(1, 2)
+    return F.silu(y), full[:, full.size(1) - (K - 1):]
 
 
 class DeltaNet(Attention):
@@ -102,16 +108,20 @@ class DeltaNet(Attention):
         H, D = self.n_head, self.head_dim
         past = cache.conv if cache is not None else x.new_zeros(B, self.conv_size - 1, 3 * H * D)
         qkv, past = causal_conv(self.c_attn(x), self.conv_weight, past)
-        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in qkv.split(H * D, dim=-1))   # (B, H, T, D)
-        q, k = self.rope(pos, F.normalize(q, dim=-1), F.normalize(k, dim=-1))
-        beta = self.beta_scale * torch.sigmoid(self.b_proj(x).float()).transpose(1, 2)     # (B, H, T)
+        heads = qkv.view(B, T, 3 * H, D)                                                  # [q: H | k: H | v: H]
+        qk, = self.rope(pos, F.normalize(heads[:, :, :2 * H], dim=-1).transpose(1, 2))    # q and k at once
+        q, k, v = qk[:, :H], qk[:, H:], heads[:, :, 2 * H:].transpose(1, 2)               # (B, H, T, D)
+        beta = torch.sigmoid(fp32(self.b_proj(x))).transpose(1, 2)                        # (B, H, T)
+        if self.beta_scale != 1.0:
+            beta = self.beta_scale * beta
         g = None
         if self.gated:
-            dt = F.softplus(self.a_proj(x).float() + self.dt_bias)                          # (B, T, H)
-            g = (-self.A_log.float().exp() * dt).transpose(1, 2)                           # (B, H, T), <= 0
+            dt = F.softplus(fp32(self.a_proj(x)) + self.dt_bias)                            # (B, T, H)
+            g = (-fp32(self.A_log).exp() * dt).transpose(1, 2)                             # (B, H, T), <= 0
         # analyze.py's weights: o_t = sum_j (alpha_{j+1} .. alpha_t) (q_t . k_j) u_j / sqrt(D), GLA's form over
-        # the corrected values u_j (kernels/delta_chunked.py), so the same hook serves (a no-op unless recording)
-        record_linear(q, k, None if g is None else g[..., None].expand(B, H, T, D), pos, scale=D ** -0.5)
+        # the corrected values u_j (kernels/delta_chunked.py), so the same hook serves (only while recording)
+        if record.state is not None:
+            record.record_linear(q, k, None if g is None else g[..., None].expand(B, H, T, D), pos, scale=D ** -0.5)
         state = cache.state if cache is not None and cache.pos > 0 else None
         if cache is not None and T == 1 and state is not None:
             o, state = recurrent_delta_step(q, k, v, beta, g, state)
@@ -119,8 +129,8 @@ class DeltaNet(Attention):
             rule = naive_recurrent_delta_rule if self.impl(x.device, "forward") == "naive" else self.chunked
             o, state = rule(q, k, v, beta, g, initial_state=state, output_final_state=cache is not None)
         if cache is not None:
-            cache.update(state, past.float(), T)
-        o = self.o_norm(o.to(x.dtype)).transpose(1, 2) * F.silu(self.r_proj(x).view(B, T, H, D))
+            cache.update(state, fp32(past), T)
+        o = self.o_norm(in_dtype(o, x.dtype)).transpose(1, 2) * F.silu(self.r_proj(x).view(B, T, H, D))
         return self.resid_dropout(self.c_proj(o.reshape(B, T, H * D)))
 
     def kernel_cases(self) -> dict:

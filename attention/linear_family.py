@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from attention.base import Attention, mean_keys_in_blocks
 from attention.cache import StateCache
 from attention.record import record_linear
-from kernels.gla_chunked import chunk_gla, in_fp32, recurrent_gla_step, softmax_pair_inputs
+from kernels.gla_chunked import chunk_gla, fp32, in_fp32, recurrent_gla_step, softmax_pair_inputs
 from kernels.reference import naive_recurrent_gla
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
@@ -150,24 +150,27 @@ class LinearFamilyAttention(Attention):
             raise ValueError(f"gla_chunk={config.gla_chunk} must be at least 1 (64 is the default)")
 
     # ---- the parts, in the order forward applies them ----
-    def project(self, x):
-        """x -> q (B, H, T, D), k, v (B, Hkv, T, D), r (B, T, H, D) or None (no output gate)."""
+    def project(self, x, pos):
+        """x -> q (B, H, T, D), k, v (B, Hkv, T, D), r (B, T, H, D) or None (no output gate), with phi and
+        RoPE applied to q and k at once (views of one tensor of H + Hkv heads: half the small ops)."""
         B, T, _ = x.shape
         H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v, *r = self.c_attn(x).split([H * D, Hkv * D, Hkv * D] + [H * D] * self.gated, dim=-1)
-        q = q.view(B, T, H, D).transpose(1, 2)
-        k = k.view(B, T, Hkv, D).transpose(1, 2)
-        v = v.view(B, T, Hkv, D).transpose(1, 2)
-        return q, k, v, (r[0].view(B, T, H, D) if r else None)
+        heads = self.c_attn(x).view(B, T, -1, D)                       # [q: H | k: Hkv | v: Hkv | r: H]
+        qk = heads[:, :, :H + Hkv].transpose(1, 2)
+        if self.phi is not None:
+            qk = self.phi(qk)
+        qk, = self.rope(pos, qk)  # after phi, so q.k keeps RoPE's relative-position form
+        v = heads[:, :, H + Hkv:H + 2 * Hkv].transpose(1, 2)
+        return qk[:, :H], qk[:, H:], v, (heads[:, :, H + 2 * Hkv:] if self.gated else None)
 
     def decay(self, x):
-        """The log-decay g (B, Hkv, T, D), or None (nothing forgotten)."""
+        """The log-decay g (B, Hkv, T, D) (fixed: a broadcast view of one value per head), or None."""
         B, T, _ = x.shape
         Hkv, D = self.n_kv_head, self.head_dim
         if self.gk_proj is not None:
-            return (F.logsigmoid(self.gk_proj(x).float()) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
+            return (F.logsigmoid(fp32(self.gk_proj(x))) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
         if self.fixed_log_decay is not None:
-            return self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D).contiguous()
+            return self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D)
         return None
 
     def recur(self, q, k, v, g, pos, cache):
@@ -188,10 +191,7 @@ class LinearFamilyAttention(Attention):
 
     def forward(self, x, pos, cache=None):
         B, T, _ = x.shape
-        q, k, v, r = self.project(x)
-        if self.phi is not None:
-            q, k = self.phi(q), self.phi(k)
-        q, k = self.rope(pos, q, k)  # after phi, so q.k keeps RoPE's relative-position form
+        q, k, v, r = self.project(x, pos)
         g = self.decay(x)
         if self.sum_normalised:  # a channel of ones: its output is the normaliser phi(q_t) . sum_j phi(k_j)
             v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)

@@ -33,8 +33,9 @@ class MultiHeadAttention(QKVAttention):
         if cache is not None:
             k, v, k_pos = cache.update(k, v)
         path = "decode" if cache is not None else "forward"
+        # one new token sees every key of its cache (a decoding step): no mask to build
         y = attend(q, k, v, pos, k_pos, alibi_slopes=self.alibi_slopes, dropout_p=self.attn_dropout,
-                   impl=self.impl(x.device, path))
+                   impl=self.impl(x.device, path), sees_all_keys=cache is not None and x.size(1) == 1)
         return self.output(y, x)
 
     @classmethod

@@ -34,21 +34,32 @@ def rope_cos_sin(pos: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0):
     return cos.float(), sin.float()
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rope_rotation(pos: torch.Tensor, inv_freq: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """rope_cos_sin as one complex64 (T, len(inv_freq)) tensor cos + j sin: what rotate_pairs multiplies by."""
+    return torch.complex(*rope_cos_sin(pos, inv_freq, scale))
+
+
+def rotate_pairs(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """Rotate each pair (x[2i], x[2i+1]) of the last dim by the angle m*theta_i.
 
-    x: (B, H, T, D) with D even; cos, sin: (T, D/2). Returns x's dtype.
+    x: (B, H, T, D) with D even; rotation: (T, D/2) complex, cos + j sin. Returns x's dtype.
     A pair is a complex number x[2i] + j*x[2i+1]; rotating it is one complex product,
     which is much cheaper on CPU than the four real products written out.
     """
     pairs = x.float().unflatten(-1, (-1, 2))                  # (B, H, T, D/2, 2)
     if pairs.stride(-2) != 2 or any(st % 2 for st in pairs.stride()[:-2]):
         pairs = pairs.contiguous()                            # view_as_complex needs even strides
-    rotated = torch.view_as_complex(pairs) * torch.complex(cos, sin)
-    return torch.view_as_real(rotated).flatten(-2).type_as(x)
+    return torch.view_as_real(torch.view_as_complex(pairs) * rotation).flatten(-2).type_as(x)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """rotate_pairs with the angles' cos and sin, each (T, D/2)."""
+    return rotate_pairs(x, torch.complex(cos, sin))
 
 
 ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
+ROPE_TABLE_MIN = 1024  # positions a CPU rotation table starts with; it doubles as positions pass it
+ROPE_TABLE_MAX = 1 << 16  # ... up to this many (32 MiB at head dim 128); later positions are computed
 # Published extensions go 4x to 64x (PI, YaRN, Llama 3.1's 8x; LongRoPE's 512x the far end): a
 # factor past 1024 is a typo (e.g. 1e308, which trained: theta / 1e308 is all but 0), not a study.
 MAX_ROPE_FACTOR = 1024.0
@@ -182,15 +193,55 @@ class RoPE:
             return self.attn_factor
         return 0.1 * math.log(self.factor) + 1.0 if self.factor > 1 else 1.0
 
+    def rotation(self, pos: torch.Tensor, head_dim: int) -> torch.Tensor:
+        """cos + j sin of m * theta_i (times the attention factor) at positions pos (T,): (T, r/2) complex64.
+
+        On CPU, eagerly, rows of a table of positions [0, L), one per (RoPE, head_dim, device), L a
+        power of two past the largest position (up to ROPE_TABLE_MAX): a decoding step then pays one
+        row lookup instead of the ~10 small ops that compute the angles, and the rows equal those
+        angles bit for bit (the same fp64 products). The rows last looked up are kept with their
+        positions tensor: the model hands the same one to every layer, and the layers after the first
+        reuse them. On CUDA (sizing the table needs the largest position on the host: a sync in every
+        layer) and while torch.compile traces (it fuses the angles) they are computed."""
+        if pos.device.type != "cpu" or torch.compiler.is_compiling() or pos.numel() == 0:
+            return rope_rotation(pos, self.inv_freq(head_dim), self.attention_factor())
+        last = _LAST_ROTATION.get((self, head_dim))
+        if last is not None and last[0] is pos and last[1] == pos._version:  # the layer before took these
+            return last[2]
+        lo, hi = (int(t) for t in torch.aminmax(pos))
+        if not 0 <= lo <= hi < ROPE_TABLE_MAX:  # not positions a table holds
+            return rope_rotation(pos, self.inv_freq(head_dim), self.attention_factor())
+        rotation = _rotation_table(self, head_dim, pos.device, hi + 1).index_select(0, pos)
+        _LAST_ROTATION[(self, head_dim)] = (pos, pos._version, rotation)
+        return rotation
+
     def __call__(self, pos: torch.Tensor, *xs: torch.Tensor):
         """Rotate the first r dims of each (B, heads, T, d) tensor at positions pos (T,)."""
         r = self.rotated_dims(xs[0].size(-1))
         if r == 0:
             return xs
-        cos, sin = rope_cos_sin(pos, self.inv_freq(xs[0].size(-1)), self.attention_factor())  # (T, r/2)
+        rotation = self.rotation(pos, xs[0].size(-1))                                   # (T, r/2)
         if r == xs[0].size(-1):
-            return tuple(apply_rope(x, cos, sin) for x in xs)
-        return tuple(torch.cat([apply_rope(x[..., :r], cos, sin), x[..., r:]], dim=-1) for x in xs)
+            return tuple(rotate_pairs(x, rotation) for x in xs)
+        return tuple(torch.cat([rotate_pairs(x[..., :r], rotation), x[..., r:]], dim=-1) for x in xs)
+
+
+# (RoPE, head_dim) -> (positions tensor, its version counter, rotation): RoPE.rotation's last lookup
+_LAST_ROTATION = {}
+# (RoPE, head_dim, device) -> RoPE.rotation at positions 0..L-1 (RoPE is frozen, so hashable)
+_ROTATION_TABLES = {}
+
+
+def _rotation_table(rope: RoPE, head_dim: int, device: torch.device, rows: int) -> torch.Tensor:
+    """The rotation table of (rope, head_dim, device) with at least `rows` rows: made at ROPE_TABLE_MIN
+    and remade at the next power of two when positions pass it (one table per key)."""
+    key = (rope, head_dim, device)
+    table = _ROTATION_TABLES.get(key)
+    if table is None or table.size(0) < rows:
+        length = max(ROPE_TABLE_MIN, 1 << (rows - 1).bit_length())
+        table = rope_rotation(torch.arange(length, device=device), rope.inv_freq(head_dim), rope.attention_factor())
+        _ROTATION_TABLES[key] = table
+    return table
 
 
 def alibi_slopes(n_head: int) -> torch.Tensor:
@@ -217,6 +268,17 @@ def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -
     bias here, but the causal mask removes them."""
     distance = (q_pos[:, None] - k_pos[None, :]).float()   # (Tq, Tk)
     return -slopes.to(q_pos.device)[:, None, None] * distance
+
+
+def visible_keys(q_pos, k_pos, keep=None, window=None):
+    """Which keys each query may see (bool, (Tq, Tk), or keep's shape): causal by position, within
+    the window, and kept."""
+    allowed = k_pos[None, :] <= q_pos[:, None]
+    if window is not None:
+        allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
+    if keep is not None:
+        allowed = allowed & keep
+    return allowed
 
 
 def sinusoidal_encoding(pos: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:

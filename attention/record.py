@@ -10,7 +10,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from attention.positional import alibi_bias
+from attention.positional import alibi_bias, visible_keys
 
 state = None   # {"records": [...], "force_uniform": bool} while record_attention is active
 
@@ -44,11 +44,7 @@ def recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout
     """`attend` in plain math, keeping the probabilities (see record_attention)."""
     G = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)   # a KV head per query head
-    allowed = k_pos[None, :] <= q_pos[:, None]
-    if window is not None:
-        allowed = allowed & (k_pos[None, :] > q_pos[:, None] - window)
-    if keep is not None:
-        allowed = allowed & keep
+    allowed = visible_keys(q_pos, k_pos, keep, window)
     scores = (q.float() @ k.float().transpose(-1, -2)) * scale          # (B, H, Tq, Tk)
     if state["force_uniform"]:
         scores = torch.zeros_like(scores)

@@ -19,23 +19,24 @@ attention/dispatch.py records that PyTorch runs.
 import torch
 import torch.nn.functional as F
 
-from kernels.gla_chunked import in_fp32
+from kernels.gla_chunked import fp32, in_dtype, in_fp32
 
 
 @in_fp32
 def recurrent_delta_step(q, k, v, beta, g, state, scale=None):
     """One decoding step: q, k (B, H, 1, Dk); v (B, H, 1, Dv); beta, g (B, H, 1) (g None: no decay);
-    state (B, H, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state."""
-    Dk = q.size(-1)
+    state (B, H, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state. Each head's rows are
+    (1, D) matrices, so each product is one bmm over the B*H heads (no einsum's reshapes)."""
+    B, H, _, Dk = q.shape
+    Dv = v.size(-1)
     scale = Dk ** -0.5 if scale is None else scale
-    k_t, v_t, b_t = k[:, :, 0].float(), v[:, :, 0].float(), beta[:, :, 0].float()   # (B,H,Dk), (B,H,Dv), (B,H)
+    S, k = state.reshape(B * H, Dk, Dv), fp32(k).reshape(B * H, 1, Dk)
     if g is not None:                                                  # forget
-        state = g[:, :, 0].float().exp()[..., None, None] * state
-    read = torch.einsum("bhd,bhde->bhe", k_t, state)                   # what k_t reads now: S^T k
-    u = b_t[..., None] * (v_t - read)                                  # the correction to write
-    state = state + k_t[..., None] * u[..., None, :]                   # write: k u^T
-    o = torch.einsum("bhd,bhde->bhe", q[:, :, 0].float() * scale, state)
-    return o[:, :, None].to(q.dtype), state
+        S = fp32(g).exp().reshape(B * H, 1, 1) * S
+    u = fp32(beta).reshape(B * H, 1, 1) * (fp32(v).reshape(B * H, 1, Dv) - torch.bmm(k, S))  # the correction
+    S = torch.addcmul(S, k.transpose(1, 2), u)                        # write: k u^T
+    o = torch.bmm(fp32(q).reshape(B * H, 1, Dk) * scale, S)
+    return in_dtype(o.view(B, H, 1, Dv), q.dtype), S.view(B, H, Dk, Dv)
 
 
 SOLVE_BLOCK = 16  # unit_lower_inverse solves blocks of this size and merges them by matmuls

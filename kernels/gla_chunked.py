@@ -21,28 +21,41 @@ MAX_FACTORED_SPAN = 40.0  # nats a chunk may decay for chunk_gla's one-matmul in
 
 def in_fp32(fn):
     """Run the recurrence math in fp32 even under autocast: autocast would run the einsums
-    in bf16/fp16, where the state loses precision and (fp16) exp(40) overflows."""
+    in bf16/fp16, where the state loses precision and (fp16) exp(40) overflows. Without
+    autocast on, fn runs as called: entering the context costs more than a decoding step's math."""
     @functools.wraps(fn)
     def wrapper(q, *args, **kwargs):
+        if not torch.is_autocast_enabled(q.device.type):
+            return fn(q, *args, **kwargs)
         with torch.autocast(q.device.type, enabled=False):
             return fn(q, *args, **kwargs)
     return wrapper
 
 
+def fp32(t: torch.Tensor) -> torch.Tensor:
+    """t in fp32: itself when it already is (t.float() costs a dispatch even then; a step makes several)."""
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def in_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t.to(dtype) without the dispatch when t already has it."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 @in_fp32
 def recurrent_gla_step(q, k, v, g, state, scale=None):
-    """One decoding step: q (B, H, 1, Dk); k, g (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv);
-    state (B, Hkv, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state."""
+    """One decoding step: q (B, H, 1, Dk); k (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv); g (B, Hkv, 1, Dk) or
+    any shape that broadcasts to it (a fixed per-head decay: (1, Hkv, 1, 1)), None for no decay;
+    state (B, Hkv, Dk, Dv) fp32. Returns o (B, H, 1, Dv) and the next state.
+    A handful of ops on (1, Dk)-row views, since at batch 1 each op's overhead is the cost."""
     B, H, _, Dk = q.shape
-    Hkv = k.size(1)
+    Hkv, Dv = k.size(1), v.size(-1)
     scale = Dk ** -0.5 if scale is None else scale
-    k_t, v_t = k[:, :, 0].float(), v[:, :, 0].float()                  # (B, Hkv, Dk), (B, Hkv, Dv)
     if g is not None:                                                  # forget: decay each key row
-        state = g[:, :, 0].float().exp()[..., None] * state
-    state = state + k_t[..., None] * v_t[..., None, :]                 # write: outer product k^T v
-    q_t = q[:, :, 0].float().reshape(B, Hkv, H // Hkv, Dk) * scale
-    o = torch.einsum("bhgd,bhde->bhge", q_t, state)                    # read: q S
-    return o.reshape(B, H, 1, -1).to(q.dtype), state
+        state = fp32(g).exp().transpose(-1, -2) * state
+    state = torch.addcmul(state, fp32(k).transpose(-1, -2), fp32(v))   # write: outer product k^T v
+    o = torch.bmm((fp32(q) * scale).reshape(B * Hkv, H // Hkv, Dk), state.reshape(B * Hkv, Dk, Dv))  # read: q S
+    return in_dtype(o.view(B, H, 1, Dv), q.dtype), state
 
 
 # chunk_gla's numerical safety. Every exponent in its formulas (the docstring) is <= 0 except

@@ -63,3 +63,15 @@ def test_alibi_bias_is_linear_in_distance():
     bias = alibi_bias(slopes, torch.tensor([3, 4]), torch.tensor([0, 1, 2, 3, 4]))
     assert bias[0, 0].tolist() == [-1.5, -1.0, -0.5, 0.0, 0.5]
     assert bias[1, 1].tolist() == [-1.0, -0.75, -0.5, -0.25, 0.0]
+
+
+def test_rope_table_rows_equal_the_computed_angles():
+    """RoPE.rotation on CPU reads rows of a table (grown past 1024 positions, none past ROPE_TABLE_MAX,
+    none for negative positions): bit for bit the angles computed on the fly, also with scaling."""
+    from attention.positional import ROPE_TABLE_MAX, RoPE, rope_rotation
+    for rope in (RoPE(), RoPE(500.0, "yarn", 4.0, 64)):
+        for pos in ([0, 1, 2], [1023], [1024], list(range(3000, 3010)), [9, 2, 5], [-3, 2], [ROPE_TABLE_MAX + 7]):
+            pos = torch.tensor(pos)
+            want = rope_rotation(pos, rope.inv_freq(16), rope.attention_factor())
+            assert torch.equal(rope.rotation(pos, 16), want)
+            assert torch.equal(rope.rotation(pos, 16), want)  # the rows kept for the next layer

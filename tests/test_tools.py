@@ -104,3 +104,25 @@ def test_every_tool_prints_help_and_exits_0():
         got = results[name]
         assert got["code"] == 0 and got["stdout"].startswith("usage:"), (name, got)
         assert "--help" in got["stdout"] and "Traceback" not in got["stderr"], (name, got)
+
+
+def test_decode_benchmark_runs_tiny(tmp_path):
+    """The decode suite's --quick smoke test: its JSON and tables, no speeds asserted."""
+    out = tmp_path / "decode.json"
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=decode", "config/mha.py", "config/gla.py",
+                        "--quick", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    mha, gla = result["variants"]
+    assert (mha["variant"], gla["variant"]) == ("mha", "gla")
+    for row in (mha, gla):
+        assert [e["context"] for e in row["decode"]] == [16, 48]
+        assert all(e["ms_per_token"] > 0 for e in row["decode"]) and row["last_over_first"] > 0
+    # MHA's cache grows with the context (K and V of width 32, fp32, 1 layer, for 48 - 16 tokens); GLA's is its state
+    assert mha["decode"][1]["cache_bytes"] - mha["decode"][0]["cache_bytes"] == 32 * 2 * 32 * 4
+    assert gla["decode"][0]["cache_bytes"] == gla["decode"][1]["cache_bytes"] == gla["cache_state_bytes"] > 0
+    hf = result["hf_llama"]
+    if "error" not in hf:  # transformers installed: the same shape on both sides
+        assert (hf["attention"], hf["n_layer"], hf["n_embd"], hf["n_kv_head"]) == ("gqa", 1, 32, 2)
+        assert hf["ms_per_token"] > 0 and hf["hf_ms_per_token"] > 0 and abs(hf["params"] - hf["hf_params"]) < 100
+    assert "Hugging Face" in r.stdout and sum(line.startswith("| ") for line in r.stdout.splitlines()) >= 3 + 3

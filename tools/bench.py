@@ -108,6 +108,7 @@ SUITES = {
     "cpu": "every variant on this CPU: training tokens/s fp32/bf16, compile off/on, 1/all threads; decode ms/token",
     "nanogpt": "nanoGPT's own shakespeare_char CPU recipe side by side with ours: ms/iter and val loss",
     "threads": "CPU thread settings for training, quiet and with one competing process",
+    "decode": "one decoding step: every variant at 256/4k/16k context, and ours against HF Llama generate",
 }
 
 

@@ -15,21 +15,24 @@ In each setting the variants are timed round-robin, --rounds rounds of --steps s
 median step of each round, then the median over rounds, so that a drift of the machine touches
 every variant alike. Read the ratios to the first config in the same setting.
 
-Decoding: batch 1, float32, one thread, greedy, after --contexts tokens of prefilled context
-(harness.decode_cost): the median ms of --decode_steps one-token steps. block_size is raised to
-hold the longest context; a variant whose window cannot (learned positions) shows n/a.
+Decoding: the decode suite's measurement (tools/benchmarks/decode.py; --suite=decode adds 16k,
+torch.compile and Hugging Face's generate): batch 1, float32, one thread, greedy, after --contexts
+tokens of prefilled context, the median ms of --decode_steps one-token steps per round over
+--rounds interleaved rounds, each config at its own width.
 
 The table names the CPU and whether it has native bf16 matrix units (cpu_bf16_units: AMX tiles
 or AVX512-BF16, as torch detects them). dtype=auto stays float32 on CPUs: docs/speed.md says why.
 """
 import contextlib
 import statistics
+from types import SimpleNamespace
 
 import torch
 
 from model import GPT, GPTConfig
 from tools import budget
-from tools.benchmarks.harness import decode_cost, emit, median_ms, parser, train_step
+from tools.benchmarks import decode
+from tools.benchmarks.harness import emit, median_ms, parser, train_step
 from trainer.cli import ConfigError, fail
 from trainer.settings import MODEL_KEYS, parse_shared_keys
 from trainer.threads import visible_cores
@@ -98,20 +101,12 @@ def time_training(keys, setting, args):
     return {p: statistics.median(ms) for p, ms in rounds.items()}
 
 
-def time_decoding(keys, args):
-    """{path: {context: ms per token or None}}, float32, one thread."""
+def time_decoding(paths, args):
+    """The decode suite's rows (tools/benchmarks/decode.py: fp32, one thread, interleaved rounds) at --contexts."""
+    dec = decode.parse_args([*paths, f"--contexts={','.join(map(str, args.contexts))}", "--threads=1",
+                             f"--steps={args.decode_steps}", f"--rounds={args.rounds}", *["--quick"] * args.quick])
     torch.set_num_threads(1)
-    out = {}
-    for path, k in keys.items():
-        longest = max(args.contexts) + args.decode_steps
-        try:
-            model = build(k, block_size=max(k["block_size"], longest)).eval()
-            model.context_window(longest)
-        except ValueError:
-            out[path] = {c: None for c in args.contexts}
-            continue
-        out[path] = {c: decode_cost(model, c, args.decode_steps)["ms_per_token"] for c in args.contexts}
-    return out
+    return decode.bench_variants(paths, dec, "cpu")
 
 
 def markdown(results):
@@ -126,11 +121,8 @@ def markdown(results):
         toks = results["tokens_per_step"][c]
         cells = [f"{toks / s[c] * 1e3:,.0f} ({s[ref] / s[c]:.2f})" for s in train]
         lines.append(f"| {c} | {results['params'][c]:,} | " + " | ".join(cells) + " |")
-    contexts = list(next(iter(results["decode_ms_per_token"].values())))
-    lines += ["", "| config | " + " | ".join(f"decode ms/token after {c}" for c in contexts) + " |",
-              "| --- |" + " ---: |" * len(contexts)]
-    for c, by_ctx in results["decode_ms_per_token"].items():
-        lines.append(f"| {c} | " + " | ".join("n/a" if v is None else f"{v:.2f}" for v in by_ctx.values()) + " |")
+    contexts = ",".join(str(e["context"]) for e in results["decode"][0]["decode"])
+    lines += ["", *decode.variants_table(results["decode"], SimpleNamespace(contexts=contexts, compile=False))]
     return "\n".join(lines)
 
 
@@ -159,14 +151,14 @@ def main(argv=None):
     except (ConfigError, ValueError) as e:
         fail(str(e))
     train = {s: time_training(keys, s, args) for s in train_settings(args)}
-    decode = time_decoding(keys, args)
+    decoding = time_decoding(paths, args)
     results = {"cpu_bf16_units": cpu_bf16_units(), "visible_cores": visible_cores(), "torch": torch.__version__,
                "rounds": args.rounds, "steps": args.steps,
                "params": {name(p): budget.meta_model(k, VOCAB).num_params() for p, k in keys.items()},
                "train_ms_per_step": [{"dtype": d, "compile": c, "threads": t, **{name(p): ms for p, ms in v.items()}}
                                      for (d, c, t), v in train.items()],
                "tokens_per_step": {name(p): k["batch_size"] * k["block_size"] for p, k in keys.items()},
-               "decode_ms_per_token": {name(p): v for p, v in decode.items()}}
+               "decode": decoding}
     head = (f"CPU: {visible_cores()} visible cores, native bf16 matrix units: {cpu_bf16_units() or 'none'}; "
             f"torch {torch.__version__}; medians of {args.rounds} rounds x {args.steps} steps\n\n")
     emit(head + markdown(results), results, args)

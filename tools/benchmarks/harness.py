@@ -96,9 +96,10 @@ def train_step(model, idx, optimizer=None, device="cpu"):
 
 
 @torch.no_grad()
-def decode_cost(model, context, steps, device="cpu", prefill_chunk=None):
-    """{ms_per_token, prefill_s, cache_bytes}: `context` random tokens prefilled into fresh caches
-    (in chunks of prefill_chunk tokens, or one pass), then the median of `steps` greedy one-token steps."""
+def prefilled_step(model, context, steps, device="cpu", prefill_chunk=None, forward=None):
+    """(step, {prefill_s, cache_bytes}): `context` random tokens prefilled into fresh caches sized for
+    `steps` more (in chunks of prefill_chunk tokens, or one pass); step() then decodes one greedy
+    token through `forward` (default: model itself; e.g. model.compiled_step)."""
     vocab = model.config.vocab_size
     prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(context)).to(device)
     caches = model.init_caches(1, context + steps)
@@ -108,14 +109,20 @@ def decode_cost(model, context, steps, device="cpu", prefill_chunk=None):
         logits, _ = model(prompt[:, start:start + chunk], caches=caches, last_only=True)
     synchronize(device)
     prefill_s = time.perf_counter() - t0
-    state = {"logits": logits}
+    state, forward = {"logits": logits}, forward or model
 
+    @torch.no_grad()
     def step():
         token = state["logits"][:, -1].argmax(-1, keepdim=True)
-        state["logits"], _ = model(token, caches=caches, last_only=True)
+        state["logits"], _ = forward(token, caches=caches, last_only=True)
         synchronize(device)
-    return {"ms_per_token": median_ms(step, repeats=steps, warmup=0), "prefill_s": prefill_s,
-            "cache_bytes": sum(c.nbytes() for c in caches)}
+    return step, {"prefill_s": prefill_s, "cache_bytes": sum(c.nbytes() for c in caches)}
+
+
+def decode_cost(model, context, steps, device="cpu", prefill_chunk=None):
+    """{ms_per_token, prefill_s, cache_bytes}: prefilled_step, then the median of `steps` greedy one-token steps."""
+    step, info = prefilled_step(model, context, steps, device, prefill_chunk)
+    return {"ms_per_token": median_ms(step, repeats=steps, warmup=0), **info}
 
 
 class Budget:
