@@ -5,10 +5,12 @@ tools.bench wrote it (docs/results/speed/<suite>.json).
 import glob
 import json
 import os
+import statistics
+from types import SimpleNamespace
 
 from tools import compare, stats
-from tools.benchmarks import cpu, nanogpt
-from tools.tables.source import results_dir
+from tools.benchmarks import cpu, decode, nanogpt
+from tools.tables.source import md_table, results_dir
 
 MARGIN = 0.01  # nats: the equivalence margin bf16 must meet against fp32 to become dtype=auto on CPUs
 
@@ -51,9 +53,57 @@ def bench(suite, render):
     return table
 
 
+def decode_runs(root, which):
+    """The decode suite's JSON files docs/results/speed/decode/<which>_run*.json."""
+    paths = sorted(glob.glob(os.path.join(results_dir(root, "speed"), "decode", f"{which}_run*.json")))
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    return runs
+
+
+def decode_before_after(root):
+    """Per variant and context, the median over the stored runs of ms/token before and after the cheaper step
+    (before: the code at commit 2ac2b49 timed by the same suite, runs alternating with after's)."""
+    median = {}
+    for which in ("before", "after"):
+        for run in decode_runs(root, which):
+            for row in run["variants"]:
+                for e in row["decode"]:
+                    cell = median.setdefault((row["variant"], e["context"]), {})
+                    cell.setdefault(which, []).append(e["ms_per_token"])
+    variants = list(dict.fromkeys(v for v, _ in median))
+    contexts = sorted({c for _, c in median})
+    rows = [[v, *(f"{statistics.median(median[v, c]['before']):.2f} → {statistics.median(median[v, c]['after']):.2f}"
+                  for c in contexts)] for v in variants]
+    return md_table(["variant", *(f"ms/token after {c:,} tokens: before → after" for c in contexts)], rows)
+
+
+def decode_hf(root):
+    """Hugging Face's generate against ours (ms/token over ours) in each stored run, before and after."""
+    cells = {w: [f"{r['hf_llama']['hf_over_ours']:.2f}" for r in decode_runs(root, w)] for w in ("before", "after")}
+    ratio = {w: statistics.median(float(c) for c in cs) for w, cs in cells.items()}
+    return md_table(["code", "HF ms/token over ours, each run", "median"],
+                    [[w, ", ".join(cs), f"{ratio[w]:.2f}"] for w, cs in cells.items()])
+
+
+def decode_compiled(root):
+    """One run of the decode suite with --compile: eager and compiled steps, and Hugging Face's generate."""
+    with open(os.path.join(results_dir(root, "speed"), "decode", "after_compile3.json")) as f:
+        run = json.load(f)
+    contexts = ",".join(str(e["context"]) for e in run["variants"][0]["decode"])
+    return decode.variants_table(run["variants"], SimpleNamespace(contexts=contexts, compile=True)) + [""] + \
+        decode.hf_table(run["hf_llama"])
+
+
 TABLES = {
     "dtype256-paired": dtype_paired,
     "dtype256-means": dtype_means,
     "speed-cpu": bench("cpu", cpu.markdown),
     "speed-nanogpt": bench("nanogpt", nanogpt.markdown),
+    "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
+    "speed-decode": decode_before_after,
+    "speed-decode-compiled": decode_compiled,
+    "speed-decode-hf": decode_hf,
 }
