@@ -108,15 +108,20 @@ SWEEP_TINY = ["--device=cpu", "--n_layer=1", "--n_head=2", "--n_embd=16", "--blo
               "--lr_decay_iters=5"]
 
 
-def test_sweep_reads_dtype_auto_as_the_dtype_the_run_resolved(data_root, tmp_path):
-    """A run made with dtype=auto counts as made in the dtype it resolved to: pinning that dtype in the
-    config later keeps the run; pinning the other one is refused."""
-    out = tmp_path / "sw"
-
+def tiny_sweep(out, data_root):
+    """A function running tools.sweep on config/mha.py, seed 1, tiny, into out (extra flags its arguments)."""
     def sweep(*extra):
         return subprocess.run([sys.executable, "-m", "tools.sweep", "config/mha.py", "--seeds=1", f"--out={out}",
                                f"--data_dir={data_root}", *SWEEP_TINY, *extra], cwd=ROOT, capture_output=True,
                               text=True)
+    return sweep
+
+
+def test_sweep_reads_dtype_auto_as_the_dtype_the_run_resolved(data_root, tmp_path):
+    """A run made with dtype=auto counts as made in the dtype it resolved to: pinning that dtype in the
+    config later keeps the run; pinning the other one is refused."""
+    out = tmp_path / "sw"
+    sweep = tiny_sweep(out, data_root)
     assert sweep().returncode == 0
     resolved = json.loads((out / "mha-s1" / "summary.json").read_text())["dtype"]
     other = "bfloat16" if resolved == "float32" else "float32"
@@ -128,11 +133,7 @@ def test_sweep_reads_dtype_auto_as_the_dtype_the_run_resolved(data_root, tmp_pat
 
 def test_sweep_and_compare_never_mix_runs_made_with_other_settings(data_root, tmp_path, capsys):
     out = tmp_path / "sw"
-
-    def sweep(*extra):
-        return subprocess.run([sys.executable, "-m", "tools.sweep", "config/mha.py", "--seeds=1", f"--out={out}",
-                               f"--data_dir={data_root}", *SWEEP_TINY, *extra], cwd=ROOT, capture_output=True,
-                              text=True)
+    sweep = tiny_sweep(out, data_root)
     assert sweep().returncode == 0
     r = sweep("--learning_rate=3e-3")
     one_line(r, "sweep made with other settings", "overrides differ")

@@ -230,6 +230,16 @@ def check_runs(args):
     return as_trained if args.rope_scaling is not None else []
 
 
+def checked_device(args, done="evaluated"):
+    """The device, after check_runs (ConfigError); says which runs a --rope_scaling leaves as trained."""
+    device = resolve_device(args.device)
+    unscaled = check_runs(args)
+    if unscaled:
+        print(f"note: --rope_scaling applies to RoPE runs only; {done} once, as trained: {', '.join(unscaled)}",
+              file=sys.stderr)
+    return device
+
+
 def evaluate_run(run_dir, name, lengths, args, device):
     """Rows of one run (loss None and a 'why' where the length is not possible), per RoPE setting."""
     run = Run(run_dir)
@@ -426,11 +436,7 @@ def main(argv=None):
         fail(f"--max_tokens={args.max_tokens} must be at least 2 (a window needs a token and its next)")
     rows = []
     try:
-        device = resolve_device(args.device)
-        unscaled = check_runs(args)
-        if unscaled:
-            print(f"note: --rope_scaling applies to RoPE runs only; evaluated once, as trained: {', '.join(unscaled)}",
-                  file=sys.stderr)
+        device = checked_device(args)
         for run_dir, name in zip(args.runs, run_labels(args.runs)):
             rows += evaluate_run(run_dir, name, lengths, args, device)
     except (CheckpointError, ConfigError) as e:

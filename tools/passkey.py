@@ -42,7 +42,7 @@ from tools.eval import (
     add_rope_flags,
     batches,
     check_rope_flags,
-    check_runs,
+    checked_device,
     regime_key,
     regime_notes,
     row_head,
@@ -54,7 +54,6 @@ from tools.eval import (
 from trainer.checkpoint import CheckpointError, model_config_from_checkpoint
 from trainer.cli import ConfigError, OneLineParser, check_output, fail
 from trainer.rundir import Run
-from trainer.settings import resolve_device
 
 KEY_SENTENCE = "\nThe pass key is {key}. Remember it.\n"
 QUESTION = "\nWhat is the pass key? The pass key is"
@@ -236,11 +235,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     try:
-        device = resolve_device(args.device)
-        unscaled = check_runs(args)
-        if unscaled:
-            print(f"note: --rope_scaling applies to RoPE runs only; probed once, as trained: {', '.join(unscaled)}",
-                  file=sys.stderr)
+        device = checked_device(args, done="probed")
         prepared = [prepare(d, name, args.specs, args) for d, name in zip(args.runs, run_labels(args.runs))]
         rows = [r for p in prepared for r in probe_run(p, args, device)]
     except (CheckpointError, ConfigError, TokenizerError) as e:
