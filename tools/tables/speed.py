@@ -102,6 +102,7 @@ TABLES = {
     "dtype256-means": dtype_means,
     "speed-cpu": bench("cpu", cpu.markdown),
     "speed-nanogpt": bench("nanogpt", nanogpt.markdown),
+    "speed-nanogpt-learned": bench("nanogpt_learned", nanogpt.markdown),
     "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
     "speed-decode": decode_before_after,
     "speed-decode-compiled": decode_compiled,
