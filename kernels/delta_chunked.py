@@ -17,9 +17,8 @@ chunk's triangular solve is a sequential step a simple kernel would not speed up
 attention/dispatch.py records that PyTorch runs.
 """
 import torch
-import torch.nn.functional as F
 
-from kernels.gla_chunked import fp32, in_dtype, in_fp32
+from kernels.gla_chunked import fp32, in_dtype, in_fp32, time_chunks
 
 
 @in_fp32
@@ -89,21 +88,16 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
     Dv = v.size(-1)
     scale = Dk ** -0.5 if scale is None else scale
     C = chunk_size
-    pad = (-T) % C
-    N = (T + pad) // C
+    N = (T + C - 1) // C  # chunks; time_chunks zero-pads the last
 
-    def chunks(x):  # (B, H, T, ...) -> (B, H, N, C, ...), fp32, zero-padded at the end (no copy if not needed)
-        x = F.pad(x.float(), (0, 0) * (x.dim() - 3) + (0, pad)) if pad else x.float()
-        return x.view(B, H, N, C, *x.shape[3:])
-
-    qc, kc, vc, bc = chunks(q) * scale, chunks(k), chunks(v), chunks(beta)        # (B, H, N, C, .)
+    qc, kc, vc, bc = time_chunks(q, C) * scale, time_chunks(k, C), time_chunks(v, C), time_chunks(beta, C)
     strict = torch.ones(C, C, dtype=torch.bool, device=q.device).tril(-1)
     lower = strict | torch.eye(C, dtype=torch.bool, device=q.device)
     if g is None:
         gamma = lower.float()                                            # (C, C): 1 on and below the diagonal
         decay_in = decay_out = None
     else:
-        b = chunks(g).cumsum(dim=-1)                                     # (B, H, N, C)
+        b = time_chunks(g, C).cumsum(dim=-1)                             # (B, H, N, C)
         gamma = (b[..., :, None] - b[..., None, :]).masked_fill(~lower, float("-inf")).exp()  # (B,H,N,C,C)
         decay_in = b.exp()[..., None]                                    # exp(b_i) (B, H, N, C, 1)
         decay_out = (b[..., -1:] - b).exp()[..., None]                   # exp(b_last - b_i)

@@ -42,6 +42,14 @@ def in_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
+def time_chunks(x: torch.Tensor, C: int) -> torch.Tensor:
+    """(B, h, T, ...) -> (B, h, N, C, ...) in fp32, time zero-padded at the end to N * C tokens (no copy
+    when T fills the chunks). Zeros in k, v, g (and the delta rule's beta) change neither outputs nor state."""
+    pad = (-x.size(2)) % C
+    x = F.pad(fp32(x), (0, 0) * (x.dim() - 3) + (0, pad)) if pad else fp32(x)
+    return x.view(x.size(0), x.size(1), x.size(2) // C, C, *x.shape[3:])
+
+
 @in_fp32
 def recurrent_gla_step(q, k, v, g, state, scale=None):
     """One decoding step: q (B, H, 1, Dk); k (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv); g (B, Hkv, 1, Dk) or
@@ -98,15 +106,10 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     G = H // Hkv
     scale = Dk ** -0.5 if scale is None else scale
     C = chunk_size
-    pad = (-T) % C
-    N = (T + pad) // C
+    N = (T + C - 1) // C  # chunks; time_chunks zero-pads the last
 
-    def chunks(x):  # (B, h, T, D) -> (B, h, N, C, D), fp32, zero-padded at the end (no copy when T fills them)
-        x = F.pad(x.float(), (0, 0, 0, pad)) if pad else x.float()
-        return x.view(x.size(0), x.size(1), N, C, x.size(-1))
-
-    qc = (chunks(q) * scale).view(B, Hkv, G, N, C, Dk)                 # (B, Hkv, G, N, C, Dk)
-    kc, vc = chunks(k), chunks(v)                                      # (B, Hkv, N, C, Dk|Dv)
+    qc = (time_chunks(q, C) * scale).view(B, Hkv, G, N, C, Dk)         # (B, Hkv, G, N, C, Dk)
+    kc, vc = time_chunks(k, C), time_chunks(v, C)                      # (B, Hkv, N, C, Dk|Dv)
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
 
     if g is None:  # plain linear attention: no decay anywhere
@@ -114,7 +117,7 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         q_inter, k_end, chunk_decay = qc, kc, None
     else:
         # Step 1: cumulative log-decay from each chunk's start.
-        b = chunks(g).cumsum(dim=-2)                                   # (B, Hkv, N, C, Dk)
+        b = time_chunks(g, C).cumsum(dim=-2)                           # (B, Hkv, N, C, Dk)
         b_last = b[..., -1:, :]                                        # (B, Hkv, N, 1, Dk)
         decay_last = b_last.exp()                                      # how much each chunk decays in all
         q_inter = qc * b.exp()[:, :, None]                             # exp(b_i) <= 1
