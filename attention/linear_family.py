@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from attention.base import Attention, mean_keys_in_blocks
 from attention.cache import StateCache
 from attention.record import record_linear
-from kernels.gla_chunked import chunk_gla, fp32, in_fp32, recurrent_gla_step, softmax_pair_inputs
+from kernels.gla_chunked import chunk_gla, fp32, in_dtype, in_fp32, recurrent_gla_step, softmax_pair_inputs
 from kernels.reference import naive_recurrent_gla
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
@@ -200,7 +200,7 @@ class LinearFamilyAttention(Attention):
             o = o[..., :self.head_dim] / (o[..., self.head_dim:] + SUM_EPS)
         # the norm in the residual stream's dtype (fp32 under bf16 autocast: RMSNorm's fused kernel
         # wants its input and weight alike)
-        o = self.o_norm(o.to(x.dtype)).transpose(1, 2)                 # (B, T, H, D)
+        o = self.o_norm(in_dtype(o, x.dtype)).transpose(1, 2)          # (B, T, H, D)
         if r is not None:
             o = o * F.silu(r)
         return self.resid_dropout(self.c_proj(o.reshape(B, T, self.n_head * self.head_dim)))

@@ -63,9 +63,9 @@ def matched_keys(paths):
     return keys
 
 
-def build(keys, **changes):
+def build(keys):
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=VOCAB, **{**{k: keys[k] for k in MODEL_KEYS}, **changes}))
+    return GPT(GPTConfig(vocab_size=VOCAB, **{k: keys[k] for k in MODEL_KEYS}))
 
 
 def train_settings(args):
@@ -146,20 +146,19 @@ def main(argv=None):
     extra = ["--n_layer=1", "--n_embd=32", "--n_head=4", "--block_size=32", "--batch_size=2"] if args.quick else []
     try:
         keys = matched_keys(paths) if not extra else {p: parse_shared_keys(p, extra) for p in paths}
-        for k in keys.values():
-            budget.meta_model(k, VOCAB)  # a config the model refuses fails here, before any timing
+        # built on the meta device: a config the model refuses fails here, before any timing
+        params = {name(p): budget.meta_model(k, VOCAB).num_params() for p, k in keys.items()}
     except (ConfigError, ValueError) as e:
         fail(str(e))
     train = {s: time_training(keys, s, args) for s in train_settings(args)}
     decoding = time_decoding(paths, args)
     results = {"cpu_bf16_units": cpu_bf16_units(), "visible_cores": visible_cores(), "torch": torch.__version__,
-               "rounds": args.rounds, "steps": args.steps,
-               "params": {name(p): budget.meta_model(k, VOCAB).num_params() for p, k in keys.items()},
+               "rounds": args.rounds, "steps": args.steps, "params": params,
                "train_ms_per_step": [{"dtype": d, "compile": c, "threads": t, **{name(p): ms for p, ms in v.items()}}
                                      for (d, c, t), v in train.items()],
                "tokens_per_step": {name(p): k["batch_size"] * k["block_size"] for p, k in keys.items()},
                "decode": decoding}
-    head = (f"CPU: {visible_cores()} visible cores, native bf16 matrix units: {cpu_bf16_units() or 'none'}; "
+    head = (f"CPU: {visible_cores()} visible cores, native bf16 matrix units: {results['cpu_bf16_units'] or 'none'}; "
             f"torch {torch.__version__}; medians of {args.rounds} rounds x {args.steps} steps\n\n")
     emit(head + markdown(results), results, args)
 

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 from tools import compare, stats
 from tools.benchmarks import cpu, decode, nanogpt
 from tools.tables.source import md_table, results_dir
+from trainer.rundir import load_run
 
 MARGIN = 0.01  # nats: the equivalence margin bf16 must meet against fp32 to become dtype=auto on CPUs
 
 
 def dtype_runs(root):
     """{config: [(name, results, log)]} of the study's runs (configs <variant>_fp32 and <variant>_bf16)."""
-    from trainer.rundir import load_run
     paths = sorted(glob.glob(os.path.join(results_dir(root, "dtype256"), "*-s*")))
     return compare.group_runs([load_run(p) for p in paths])
 
