@@ -111,6 +111,35 @@ def test_stride_loss_equals_one_forward_per_target(runs, data_root, tmp_path, st
         assert strided["val_loss"] == pytest.approx(plain["val_loss"], abs=1e-5)
 
 
+@pytest.mark.parametrize("pos", ["rope", "alibi"])
+def test_a_window_of_one_key_equals_each_token_alone(runs, data_root, tmp_path, pos):
+    """--window=1 on an MHA run: every query sees itself only, in every layer, so each token's loss is
+    that of the trained model run on the token alone (relative positions: the same scores at any
+    offset), one forward per token here; the row as trained stays as it was."""
+    out, n = tmp_path / "eval.json", 400
+    length_eval.main([str(runs / pos), "--lengths=32", "--window=1", "--json", str(out), "--plot",
+                      str(tmp_path / "e.png"), "--ckpt=last", f"--max_tokens={n}", f"--data_dir={data_root}"])
+    plain, windowed = json.loads(out.read_text())
+    assert "window" not in plain and windowed["window"] == 1 and windowed["attention"] == "swa"
+    assert windowed["run"] == f"{plain['run']} [window 1]"
+    assert plain["val_loss"] == pytest.approx(direct_loss(runs / pos, data_root, 32, n), abs=1e-5)
+    model, tokens = model_and_tokens(runs / pos, data_root, n)
+    with torch.no_grad():
+        logp = torch.cat([model(tokens[None, t:t + 1])[0][0].double().log_softmax(-1)
+                          for t in range((n - 1) // 32 * 32)])
+    alone = -logp[torch.arange(len(logp)), tokens[1:len(logp) + 1]].mean().item()
+    assert windowed["val_loss"] == pytest.approx(alone, abs=1e-5)
+    assert abs(windowed["val_loss"] - plain["val_loss"]) > 1e-3   # the window changed what the model sees
+
+
+def test_a_window_on_a_run_without_softmax_is_refused(data_root, tmp_path):
+    train.main(train_args(data_root, tmp_path / "gla", "--max_iters=1", "--eval_interval=1", "--attention=gla"))
+    code, out, err = run_cli(["-m", "tools.eval", str(tmp_path / "gla"), "--lengths=16", "--window=4",
+                              f"--data_dir={data_root}", f"--plot={tmp_path / 'never.png'}", "--max_tokens=500"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "attention=gla" in err, err
+    assert out == "" and not (tmp_path / "never.png").exists()
+
+
 def test_learned_positions_are_na_beyond_block_size(runs, data_root, tmp_path, capsys):
     out = tmp_path / "eval.json"
     length_eval.main([str(runs / "learned"), "--lengths=16,64", "--json", str(out), "--plot", str(tmp_path / "e.png"),

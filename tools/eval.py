@@ -27,6 +27,9 @@ L must beat the second):
   --stride=S      the sliding-window loss at L: windows every S tokens, each token predicted with
                   at least L - S and up to L tokens before it; one more row per run with "stride": S.
                   S above a run's block_size is refused (exit 2) before any evaluation.
+  --window=W      softmax runs (mha, gqa, mqa, swa) also evaluated with a sliding window of W keys on the
+                  same weights (attention=swa, sliding_window=W): what restricting a model to W keys costs
+                  when it was not trained for it; a row per run, "run [window W]", with "window": W.
 Retrieval at these lengths, not loss: python -m tools.passkey (a number hidden in filler, the same flags).
 """
 import json
@@ -212,9 +215,13 @@ def rope_overrides(args):
     return out
 
 
+WINDOWABLE = ("mha", "gqa", "mqa", "swa")   # QKVAttention's softmax variants: swa's mask fits their weights
+
+
 def check_runs(args):
-    """Before any evaluation, for every run: --stride at most its block_size, and --rope_scaling only
-    with a RoPE run among them (ConfigError); -> the runs a scaling leaves as trained, for a note."""
+    """Before any evaluation, for every run: --stride at most its block_size, --window only on softmax
+    runs, and --rope_scaling only with a RoPE run among them (ConfigError); -> the runs a scaling leaves
+    as trained, for a note."""
     as_trained = []
     for run_dir in args.runs:
         run = Run(run_dir)  # the checkpoint's header only: no weights are read here
@@ -222,6 +229,10 @@ def check_runs(args):
         if args.stride and args.stride > config.block_size:
             raise ConfigError(f"--stride={args.stride} is above the block_size={config.block_size} of {run_dir}; "
                               "give 1 <= --stride <= the smallest block_size of the runs")
+        others = sorted(set(config.attention_plan) - set(WINDOWABLE))
+        if getattr(args, "window", None) and others:   # tools.passkey has no --window
+            raise ConfigError(f"--window applies to softmax runs ({', '.join(WINDOWABLE)}); {run_dir} has "
+                              f"attention={','.join(others)}; leave it out or drop --window")
         if config.pos_encoding != "rope":
             as_trained.append(f"{run_dir} (pos_encoding={config.pos_encoding})")
     if args.rope_scaling is not None and len(as_trained) == len(args.runs):
@@ -250,8 +261,8 @@ def evaluate_run(run_dir, name, lengths, args, device):
     if (ckpt.get("meta") or {}).get("format") == "examples":
         return evaluate_examples(ckpt, path, tokens, run_dir, name, lengths, args, device)
     rows = []
-    for model, label in scaled_models(ckpt, path, name, args, device):
-        config, row = model.config, {**row_head(label, model.config), **regime_key(model)}  # yarn: its regime
+    for model, label, extra in scaled_models(ckpt, path, name, args, device):
+        config, row = model.config, {**row_head(label, model.config), **regime_key(model), **extra}  # yarn: its regime
         for length in lengths:
             reason, buckets = why_not(model, length, len(tokens)), None
             if reason:
@@ -272,12 +283,16 @@ def evaluate_run(run_dir, name, lengths, args, device):
 
 
 def scaled_models(ckpt, path, name, args, device):
-    """(model, row label) per RoPE setting of --rope_scaling: a scaling applies to RoPE runs only; the
-    others are evaluated once, as trained, under the run's name."""
-    trained = model_config_from_checkpoint(ckpt, path)
+    """(model, row label, extra row keys) per RoPE setting of --rope_scaling (a scaling applies to RoPE
+    runs only; the others are evaluated once, as trained, under the run's name), each followed with
+    --window by the same weights under a sliding window of W keys ({"window": W})."""
+    trained, window = model_config_from_checkpoint(ckpt, path), getattr(args, "window", None)
     for change in rope_overrides(args) if trained.pos_encoding == "rope" else [{}]:
-        model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **change), path, device)
-        yield model, name + (f" [{scaling_label(model.config)}]" if change else "")
+        label = name + (f" [{scaling_label(model_config_from_checkpoint(ckpt, path, **change))}]" if change else "")
+        for w in [None, window] if window else [None]:
+            swa = {"attention": "swa", "sliding_window": w} if w else {}
+            model = model_from_checkpoint(ckpt, model_config_from_checkpoint(ckpt, path, **change, **swa), path, device)
+            yield model, label + (f" [window {w}]" if w else ""), ({"window": w} if w else {})
 
 
 def regime_key(model):
@@ -417,6 +432,8 @@ def main(argv=None):
                     help="also the loss of positions [0, L), [L, 2L), [2L, 4L) ... of each window (L = block_size)")
     ap.add_argument("--stride", type=int, help="also the sliding-window loss at each run's block_size: windows "
                     "every S tokens, each token predicted from up to block_size tokens (1 <= S <= block_size)")
+    ap.add_argument("--window", type=int, help="softmax runs: also evaluated with a sliding window of W keys on "
+                    "the same weights (attention=swa), a row each")
     add_rope_flags(ap)
     args = ap.parse_args(argv)
     check_output(args.json, "--json")
@@ -432,6 +449,8 @@ def main(argv=None):
         fail(f"--batch_size={args.batch_size} must be at least 1")
     if args.stride is not None and args.stride < 1:
         fail(f"--stride={args.stride} must be at least 1 (and at most the runs' block_size)")
+    if args.window is not None and args.window < 1:
+        fail(f"--window={args.window} must be at least 1 (the keys each query sees, itself included)")
     if args.max_tokens is not None and args.max_tokens < 2:
         fail(f"--max_tokens={args.max_tokens} must be at least 2 (a window needs a token and its next)")
     rows = []

@@ -171,7 +171,7 @@ def probe_run(p, args, device):
     run = Run(p["run_dir"])
     path, ckpt = run.checkpoint_path(args.ckpt), run.checkpoint(args.ckpt, device)
     rows = []
-    for model, label in scaled_models(ckpt, path, p["name"], args, device):
+    for model, label, _ in scaled_models(ckpt, path, p["name"], args, device):
         head = {**row_head(label, model.config), **regime_key(model)}
         for length, trials in p["trials"].items():
             why = trials if isinstance(trials, str) else why_not(model, length, p["n_tokens"])
