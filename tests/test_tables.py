@@ -9,6 +9,7 @@ import pytest
 
 from helpers import ROOT
 from tools import compare, tables
+from tools.tables import store, stored
 
 
 @pytest.fixture()
@@ -106,3 +107,47 @@ def test_code_derived_cells_equal_the_formulas():
 def test_compare_states_the_cache_in_bf16_whatever_the_run_trained_in(summary, expected):
     assert compare.cache_bytes_bf16(summary) == expected
     assert "KV cache B/token (bf16)" in compare.runs_header("mha")[0]
+
+
+def fake_sweep(path, losses):
+    """A sweep's folder as tools.sweep leaves it: per run summary.json, log.jsonl, test_eval.json and a
+    checkpoint; losses {run: (best val, test)}."""
+    for run, (val, test) in losses.items():
+        d = path / run
+        d.mkdir(parents=True)
+        seed = int(run.rsplit("-s", 1)[1])
+        (d / "summary.json").write_text(json.dumps({"attention": run.split("-")[0], "pos_encoding": "rope",
+                                                    "params": 1000, "seed": seed, "best_val_loss": val,
+                                                    "final_val_loss": val, "finished": True}))
+        (d / "log.jsonl").write_text(json.dumps({"iter": 10, "val_loss": val}) + "\n")
+        (d / "test_eval.json").write_text(json.dumps([{"length": 256, "test_loss": test}]))
+        (d / "ckpt.pt").write_bytes(b"weights")
+    (path / "plan.json").write_text(json.dumps({"inputs": {}, "configs": {"mha": {"overrides": []}}}))
+
+
+def test_stored_runs_give_the_paired_differences_written_out_here(tmp_path):
+    """store() copies the small files, never a checkpoint; the paired table over the stored runs holds
+    the mean of the per-seed differences (mla minus mha) computed by hand."""
+    losses = {"mha-s1": (1.80, 1.90), "mha-s2": (1.82, 1.93), "mha-s3": (1.81, 1.91),
+              "mla-s1": (1.83, 1.95), "mla-s2": (1.84, 1.96), "mla-s3": (1.85, 1.97)}
+    fake_sweep(tmp_path / "sweep", losses)
+    (tmp_path / "docs").mkdir()
+    written = store.store(str(tmp_path / "sweep"), "fake", configs={"mha", "mla"}, root=str(tmp_path))
+    assert len(written) == 6 * 3 + 1 and not any(p.endswith(".pt") for p in written)
+    for metric, col in (("test", 1), ("best_val", 0)):
+        lines = stored.paired_table("fake", ["mha", "mla"], metric)(str(tmp_path))
+        mean = sum(losses[f"mla-s{s}"][col] - losses[f"mha-s{s}"][col] for s in (1, 2, 3)) / 3
+        assert lines[2].startswith(f"| mla | 3 | {mean:+.4f} |"), lines
+    runs = stored.runs_table("fake", ["mha", "mla"])(str(tmp_path))
+    assert runs[2].startswith("| mha | 3 |") and "1.9133 ± 0.0153" in runs[2]
+
+
+def test_the_window_bound_pairs_each_run_with_itself(tmp_path):
+    rows = [{"run": f"mha-s{s}", "length": 512, "test_loss": 1.8 + s / 100} for s in (1, 2, 3)]
+    rows += [{"run": f"mha-s{s} [window 128]", "window": 128, "length": 512, "test_loss": 1.9 + s / 50}
+             for s in (1, 2, 3)]
+    (tmp_path / "docs/results/w").mkdir(parents=True)
+    (tmp_path / "docs/results/w/eval.json").write_text(json.dumps(rows))
+    line = stored.window_bound("w", "eval.json")(str(tmp_path))[2]
+    mean = sum((1.9 + s / 50) - (1.8 + s / 100) for s in (1, 2, 3)) / 3
+    assert f"| 512 tokens | 3 | {sum(1.8 + s / 100 for s in (1, 2, 3)) / 3:.4f} | {mean:+.4f} [" in line, line
