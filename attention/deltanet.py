@@ -45,14 +45,15 @@ A_MAX = 16.0                 # A = exp(A_log) drawn from U(0, A_MAX) at init (fl
 def causal_conv(x, weight, past):
     """Depthwise causal convolution then SiLU. x (B, T, C), weight (C, K), past (B, K-1, C) the
     inputs before x (zeros at the start). Returns (B, T, C) and the last K-1 inputs (the next past).
-    One token (decoding) is the taps' weighted sum of the K inputs: conv1d's setup costs ~10x that
-    at this size (the two round differently, by fp32 rounding)."""
-    K = weight.size(1)
+    The taps' weighted sum of K shifted views in x's (B, T, C) layout, the sum a one-token decoding
+    step takes too: on a CPU at the fair study's shape 1.4x faster, forward and backward, than
+    conv1d on a transposed (B, C, T) copy."""
+    K, T = weight.size(1), x.size(1)
     full = torch.cat([in_dtype(past, x.dtype), x], dim=1)                     # (B, K-1+T, C)
-    if x.size(1) == 1:
-        y = (full * in_dtype(weight.t(), x.dtype)).sum(dim=1, keepdim=True)
-    else:
-        y = F.conv1d(full.transpose(1, 2), weight[:, None, :].to(x.dtype), groups=weight.size(0)).transpose(1, 2)
+    w = in_dtype(weight.t(), x.dtype)                                         # (K, C)
+    y = full[:, :T] * w[0]
+    for j in range(1, K):
+        y = torch.addcmul(y, full[:, j:j + T], w[j])                          # tap j reads token t-(K-1)+j
     return F.silu(y), full[:, full.size(1) - (K - 1):]
 
 

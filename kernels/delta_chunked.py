@@ -114,10 +114,13 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
     # Steps 3-4: chunk by chunk
     S = q.new_zeros(B, H, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
     outs = []
-    for n in range(N):
-        u = U[:, :, n] - W[:, :, n] @ S                                  # (B, H, C, Dv)
-        outs.append(q_in[:, :, n] @ S + scores[:, :, n] @ u)
-        last = 1.0 if g is None else b[:, :, n, -1].exp()[..., None, None]
-        S = last * S + k_out[:, :, n].transpose(-1, -2) @ u
+    # unbind, not [:, :, n]: autograd then returns each tensor's gradient in one stack, where every
+    # indexing would fill and copy a zero tensor of the whole (B, H, N, C, .) in the backward pass
+    chunks = zip(U.unbind(2), W.unbind(2), q_in.unbind(2), scores.unbind(2), k_out.transpose(-1, -2).unbind(2))
+    lasts = [1.0] * N if g is None else b[..., -1].exp()[..., None, None].unbind(2)   # exp(b_last) per chunk
+    for U_n, W_n, q_n, scores_n, kT_n, last in zip(*zip(*chunks), lasts):
+        u = U_n - W_n @ S                                                 # (B, H, C, Dv)
+        outs.append(q_n @ S + scores_n @ u)
+        S = last * S + kT_n @ u
     o = torch.stack(outs, dim=2).view(B, H, N * C, Dv)[:, :, :T]
     return o.to(q.dtype), (S if output_final_state else None)
