@@ -137,9 +137,10 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     # Step 4: pass the state from chunk to chunk (N small sequential steps).
     S = q.new_zeros(B, Hkv, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
     entering = []
-    for n in range(N):
+    decays = [None] * N if chunk_decay is None else chunk_decay[..., None].unbind(2)
+    for U_n, decay in zip(U.unbind(2), decays):   # unbind: one gradient stack, not a zero fill per chunk
         entering.append(S)
-        S = (S if chunk_decay is None else chunk_decay[:, :, n, :, None] * S) + U[:, :, n]
+        S = (S if decay is None else decay * S) + U_n
     S_in = torch.stack(entering, dim=2)                                # (B, Hkv, N, Dk, Dv)
 
     # Step 5: outputs = what the earlier chunks left in the state + the chunk itself.
