@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from helpers import ROOT
-from tools import compare, tables
-from tools.tables import store, stored
+from tools import compare, stats, tables
+from tools.tables import extension, store, stored
 
 
 @pytest.fixture()
@@ -151,3 +151,30 @@ def test_the_window_bound_pairs_each_run_with_itself(tmp_path):
     line = stored.window_bound("w", "eval.json")(str(tmp_path))[2]
     mean = sum((1.9 + s / 50) - (1.8 + s / 100) for s in (1, 2, 3)) / 3
     assert f"| 512 tokens | 3 | {sum(1.8 + s / 100 for s in (1, 2, 3)) / 3:.4f} | {mean:+.4f} [" in line, line
+
+
+def test_the_extension_tables_group_seeds_and_pair_each_setting_with_its_own_window(tmp_path):
+    """Fabricated tools.eval and tools.passkey rows: the loss cells are the seeds' mean ± sd, the
+    past-L cells the mean of (bucket minus the same setting's own sliding window), the passkey
+    cells the pooled hits over trials with Wilson's interval, each written out here."""
+    rows, keys = [], []
+    for seed, shift in ((1, 0.0), (2, 0.1), (3, 0.05)):
+        for setting, base in (("", 1.5), (" [yarn x4]", 1.7)):
+            run = f"base10k-s{seed}{setting}"
+            buckets = [{"start": 0, "end": 256, "loss": 9.0}, {"start": 256, "end": 512, "loss": base + shift - 0.2}]
+            rows += [{"run": run, "length": 256, "block_size": 256, "test_loss": base + shift},
+                     {"run": run, "length": 512, "block_size": 256, "test_loss": base + 2 * shift, "buckets": buckets},
+                     {"run": run, "length": 256, "block_size": 256, "stride": 64, "test_loss": base + shift + 0.1}]
+            keys += [{"run": run, "multiple": m, "hits": h, "trials": 50} for m, h in ((1, 50 - seed), (2, seed))]
+    (tmp_path / "docs/results/ext256").mkdir(parents=True)
+    (tmp_path / "docs/results/ext256/eval_x4.json").write_text(json.dumps(rows))
+    (tmp_path / "docs/results/ext256/passkey.json").write_text(json.dumps(keys))
+    loss = extension.loss_table(4)(str(tmp_path))
+    assert loss[2] == "| base10k | 3 | 1.5500 ± 0.0500 | 1.6000 ± 0.1000 | 1.6500 ± 0.0500 |"
+    assert loss[3].startswith("| base10k [yarn x4] | 3 | 1.7500 ± 0.0500 |")
+    past = extension.past_table(4)(str(tmp_path))
+    assert past[0] == "| setting | [256, 512) − own window |"
+    assert past[2].startswith("| base10k | -0.300 [-0.300, -0.300]")
+    key = extension.passkey_table(str(tmp_path))
+    (lo, hi), (lo6, hi6) = stats.wilson(144, 150), stats.wilson(6, 150)
+    assert key[2] == f"| base10k | 144/150 = 0.96 [{lo:.2f}, {hi:.2f}] | 6/150 = 0.04 [{lo6:.2f}, {hi6:.2f}] |"
