@@ -9,11 +9,11 @@ Prints markdown tables (medians) on stdout:
    (grows with L), plus what each cache holds at that point. Model: --n_layer=2
    --n_embd=256 --n_head=4, block_size large enough for the longest context.
 2. Training: forward + backward tokens/s of the same models at T in --train_lens
-   (1024, 4096, 8192), batch 1: GLA (chunked form, gla_chunk=64), plain linear
-   attention (gla_gate=none) and MHA (PyTorch SDPA).
+   (1024, 4096, 8192), batch 1: GLA (chunked form, gla_chunk=64), GLA without its decay
+   (gla_nodecay: gla_gate=none, elu features) and MHA (PyTorch SDPA).
 3. Step: ms per training step (forward + backward) at the Shakespeare CPU config
    (batch 12, block 64, 4 layers, n_embd 128) for config/mha.py, config/gla.py (and
-   with pos_encoding none) and config/linear.py, in interleaved rounds so that a
+   with pos_encoding none) and config/gla_nodecay.py, in interleaved rounds so that a
    shared machine's load drifts over all of them alike.
 4. With --runs: one row per train.py out_dir from its summary.json (final val loss, ms/iter).
 --quick: tiny sizes, a smoke test of the script itself.
@@ -29,8 +29,8 @@ from tools.benchmarks.harness import decode_cost, emit, fmt_bytes, int_list, med
 
 VARIANTS = {  # name -> GPTConfig keys
     "gla": {"attention": "gla", "pos_encoding": "none", "gla_gate": "data", "gla_chunk": 64},
-    "linear": {"attention": "gla", "pos_encoding": "rope", "gla_gate": "none", "gla_feature_map": "elu",
-               "gla_chunk": 64},
+    "gla_nodecay": {"attention": "gla", "pos_encoding": "rope", "gla_gate": "none", "gla_feature_map": "elu",
+                    "gla_chunk": 64},
     "mha": {"attention": "mha", "pos_encoding": "rope"},
 }
 
@@ -82,8 +82,8 @@ STEP_VARIANTS = {  # the Shakespeare configs (config/*.py) at base_shakespeare_c
     "mha (config/mha.py)": {"attention": "mha", "pos_encoding": "rope"},
     "gla (config/gla.py)": {"attention": "gla", "pos_encoding": "rope", "gla_chunk": 32},
     "gla, pos none": {"attention": "gla", "pos_encoding": "none", "gla_chunk": 32},
-    "linear (config/linear.py)": {"attention": "gla", "pos_encoding": "rope", "gla_gate": "none",
-                                      "gla_feature_map": "elu", "gla_chunk": 16},
+    "gla_nodecay (config/gla_nodecay.py)": {"attention": "gla", "pos_encoding": "rope", "gla_gate": "none",
+                                            "gla_feature_map": "elu", "gla_chunk": 16},
 }
 
 
