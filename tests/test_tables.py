@@ -170,7 +170,7 @@ def test_the_extension_tables_group_seeds_and_pair_each_setting_with_its_own_win
     (tmp_path / "docs/results/ext256/eval_x4.json").write_text(json.dumps(rows))
     (tmp_path / "docs/results/ext256/passkey.json").write_text(json.dumps(keys))
     loss = extension.loss_table(4)(str(tmp_path))
-    assert loss[2] == "| base10k | 3 | 1.5500 ± 0.0500 | 1.6000 ± 0.1000 | 1.6500 ± 0.0500 |"
+    assert loss[2] == "| base10k | 3 | 1.5500 ± 0.0500 | 1.6000 ± 0.1000 | 1.6500 ± 0.0500 | |"
     assert loss[3].startswith("| base10k [yarn x4] | 3 | 1.7500 ± 0.0500 |")
     past = extension.past_table(4)(str(tmp_path))
     assert past[0] == "| setting | [256, 512) − own window |"

@@ -42,6 +42,17 @@ def loss_at(rows, length):
     return next(r["test_loss"] for r in rows if ("stride" in r) == (length is None) and length in (None, r["length"]))
 
 
+def regime_text(r):
+    """A yarn row's regime (RoPE.yarn_regime, as tools.eval wrote it): the fastest pair's turns over L against
+    beta_fast, the slowest's against beta_slow, and the bands the ramp makes; '' for other rows."""
+    if r is None:
+        return ""
+    k = r["by_ramp"]
+    return (f"pair 0: {r['turns_fastest']:.1f} turns (β_fast {r['beta_fast']:g}), last: {r['turns_slowest']:.3f} "
+            f"(β_slow {r['beta_slow']:g}); {k['kept']} kept / {k['ramped']} ramped / {k['interpolated']} "
+            f"interpolated: {r['regime']}")
+
+
 def loss_table(factor):
     """Test loss at each length (non-overlapping windows), mean ± sd over seeds, and the own sliding window."""
     def table(root):
@@ -51,9 +62,10 @@ def loss_table(factor):
         out = []
         for label, seeds in groups.items():
             cells = [mean_sd([loss_at(rs, n) for rs in seeds.values()]) for n in [*lengths, None]]
-            out.append([label, len(seeds), *cells])
-        return md_table(["setting", "seeds", *(f"L={n}" for n in lengths), "own sliding window at 256 (stride 64)"],
-                        out)
+            regime = next((r["yarn_regime"] for rs in seeds.values() for r in rs if "yarn_regime" in r), None)
+            out.append([label, len(seeds), *cells, regime_text(regime)])
+        return md_table(["setting", "seeds", *(f"L={n}" for n in lengths), "own sliding window at 256 (stride 64)",
+                         "YaRN's regime at L"], out)
     return table
 
 

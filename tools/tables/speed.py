@@ -104,6 +104,7 @@ TABLES = {
     "speed-nanogpt": bench("nanogpt", nanogpt.markdown),
     "speed-nanogpt-learned": bench("nanogpt_learned", nanogpt.markdown),
     "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
+    "speed-cpu-delta": bench("cpu_delta", cpu.markdown),
     "speed-decode": decode_before_after,
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
