@@ -67,8 +67,11 @@ def test_a_table_of_numbers_outside_markers_and_a_long_readme_fail(copy, capsys)
 
 @pytest.mark.parametrize("lines, words", [(["<!-- table: no-such-table -->", "<!-- /table -->"], "no-such-table"),
                                           (["<!-- table: threads -->"], "has no <!-- /table --> line"),
-                                          (["<!-- /table -->"], "closes no table")])
+                                          (["<!-- /table -->"], "closes no table"),
+                                          (["<!-- table: ext256-x4-loss -->", "<!-- /table -->"],
+                                           "results are missing")])
 def test_a_broken_marker_is_one_line_and_exit_2(copy, capsys, lines, words):
+    shutil.rmtree(copy / "docs" / "results" / "ext256", ignore_errors=True)   # a study whose files are not stored
     with open(copy / "docs" / "data.md", "a") as f:
         f.write("\n".join(lines) + "\n")
     code, err = run_check(copy, capsys)

@@ -70,7 +70,11 @@ def spans(lines, doc):
 def render(name, root, doc):
     if name not in GENERATORS:
         raise TableError(f"{doc}: no generator for table {name!r}; the names: {', '.join(sorted(GENERATORS))}")
-    return GENERATORS[name](root)
+    try:
+        return GENERATORS[name](root)
+    except (FileNotFoundError, KeyError) as e:  # a study's files not (yet) under docs/results/
+        raise TableError(f"{doc}: table {name} cannot be built: its results are missing ({e}); store them with "
+                         "python -m tools.tables.store") from None
 
 
 def regenerate(lines, doc, root):
