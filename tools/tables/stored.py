@@ -71,7 +71,7 @@ def window_bound(study, eval_file):
 
 
 CACHE = ["mha", "gqa", "mqa", "mla"]
-FLOPS = ["mha", "mla", "bigbird", "gla", "gla_nodecay"]
+FLOPS = ["mha", "mla", "bigbird", "gla"]
 TABLES = {
     "cache256-runs": runs_table("cache256", CACHE),
     "cache256-paired-test": paired_table("cache256", ["mla", "mqa", "gqa"], "test"),
