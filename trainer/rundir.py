@@ -255,6 +255,11 @@ SETTINGS_EXEMPT = ("seed", "out_dir", "init_from", "overwrite", "wandb_run_name"
 
 
 def settings_differ(a: dict, b: dict, exempt=SETTINGS_EXEMPT) -> list:
-    """['key: a vs b', ...] for the keys two runs' settings disagree on, beyond the exempt ones."""
-    keys = sorted((set(a) | set(b)) - set(exempt))
+    """['key: a vs b', ...] for the keys two runs' settings disagree on, beyond the exempt ones and
+    the keys owned by attention variants neither run uses (an mha run is the same run whatever the
+    default of delta_chunk, which only the delta rule reads)."""
+    from attention import key_owners  # imports every variant: only when settings are compared
+    used = {name.strip() for s in (a, b) for name in str(s.get("attention", "")).split(",")}
+    unread = {k for k, owners in key_owners().items() if not used & set(owners)}
+    keys = sorted((set(a) | set(b)) - set(exempt) - unread)
     return [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
