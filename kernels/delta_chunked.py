@@ -116,9 +116,9 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
     outs = []
     # unbind, not [:, :, n]: autograd then returns each tensor's gradient in one stack, where every
     # indexing would fill and copy a zero tensor of the whole (B, H, N, C, .) in the backward pass
-    chunks = zip(U.unbind(2), W.unbind(2), q_in.unbind(2), scores.unbind(2), k_out.transpose(-1, -2).unbind(2))
+    per_chunk = [t.unbind(2) for t in (U, W, q_in, scores, k_out.transpose(-1, -2))]
     lasts = [1.0] * N if g is None else b[..., -1].exp()[..., None, None].unbind(2)   # exp(b_last) per chunk
-    for U_n, W_n, q_n, scores_n, kT_n, last in zip(*zip(*chunks), lasts):
+    for U_n, W_n, q_n, scores_n, kT_n, last in zip(*per_chunk, lasts):
         u = U_n - W_n @ S                                                 # (B, H, C, Dv)
         outs.append(q_n @ S + scores_n @ u)
         S = last * S + kT_n @ u

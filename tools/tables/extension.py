@@ -9,7 +9,7 @@ import json
 import os
 import re
 
-from tools import stats
+from tools import compare, stats
 from tools.tables.source import md_table, results_dir
 
 LABEL = re.compile(r"^(?P<config>.+)-s(?P<seed>\d+)(?P<setting> \[.+\])?$")
@@ -32,9 +32,8 @@ def settings(rows):
 
 
 def mean_sd(values):
-    mean = sum(values) / len(values)
-    sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
-    return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+    """tools.compare's cell: mean ± sample std over the seeds."""
+    return compare.fmt_ms(compare.mean_std(values), ".4f")
 
 
 def loss_at(rows, length):

@@ -9,19 +9,20 @@ renamed. --runs keeps the runs of these configs only.
 """
 import glob
 import os
-import shutil
 import sys
 
 from tools.compare import config_name
 from tools.tables.source import HERE, results_dir
+from trainer.checkpoint import WriteError
 from trainer.cli import OneLineParser, fail
-from trainer.rundir import LOG, SUMMARY, TEST_EVAL
+from trainer.rundir import LOG, SUMMARY, TEST_EVAL, write_text_atomic
 
 
 def copy(src, dst):
+    """src's text to dst through trainer.rundir's atomic writer (a temporary file, then a rename)."""
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    shutil.copyfile(src, dst + ".tmp")
-    os.replace(dst + ".tmp", dst)
+    with open(src, encoding="utf-8") as f:
+        write_text_atomic(f.read(), dst)
 
 
 def store(sweep, study, extra=(), configs=None, root=HERE):
@@ -52,7 +53,10 @@ def main(argv=None):
     missing = [p for p in [args.sweep, *args.extra] if not os.path.exists(p)]
     if missing:
         fail(f"{missing[0]} does not exist; give the sweep's --out folder and files that are there")
-    written = store(args.sweep, args.study, args.extra, args.runs and set(args.runs.split(",")))
+    try:
+        written = store(args.sweep, args.study, args.extra, args.runs and set(args.runs.split(",")))
+    except WriteError as e:
+        fail(str(e))
     if not written:
         fail(f"{args.sweep} holds no run folder with a summary.json; point it at a sweep's --out")
     print(f"stored {len(written)} files in {results_dir(HERE, args.study)}", file=sys.stderr)

@@ -59,10 +59,11 @@ def window_bound(study, eval_file):
             rows = json.load(f)
         full = {(r["run"], r["length"]): r["test_loss"] for r in rows if "window" not in r}
         windowed = [r for r in rows if "window" in r]
-        diffs = [r["test_loss"] - full[r["run"].split(" [window")[0], r["length"]] for r in windowed]
-        d = stats.verdicts([stats.paired(diffs, MARGIN)], MARGIN)[0]
+        as_trained = [full[r["run"].split(" [window")[0], r["length"]] for r in windowed]   # the same run, all keys
+        d = stats.verdicts([stats.paired([r["test_loss"] - a for r, a in zip(windowed, as_trained)], MARGIN)],
+                           MARGIN)[0]
         w, length = windowed[0]["window"], windowed[0]["length"]
-        mean = sum(full[r["run"].split(" [window")[0], length] for r in windowed) / len(windowed)
+        mean = sum(as_trained) / len(as_trained)
         return md_table(["evaluated at", "runs", "test loss, all keys (mean)", f"window of {w} keys minus all keys",
                          "verdict"],
                         [[f"{length} tokens", len(windowed), f"{mean:.4f}", stats.fmt_delta(d["mean"], d["ci95"]),
