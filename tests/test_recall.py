@@ -3,6 +3,7 @@ grouped by config, width and the row length and pairs their dataset holds; bytes
 cache and state formulas written out; steps to solve are the runs' own; chance comes from the files."""
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -47,8 +48,23 @@ def study(tmp_path_factory):
     return runs
 
 
-def test_cells_equal_the_runs(study, tmp_path):
-    recall.main([*map(str, study[:5]), str(study[0]), "--out", str(tmp_path)])   # a folder given twice counts once
+def kept(run_dirs, root):
+    """Copies of the run folders as docs/results keeps them: summary.json and test_eval.json, no checkpoint."""
+    out = []
+    for d in run_dirs:
+        copy = root / d.parent.name / d.name
+        copy.mkdir(parents=True)
+        for name in ("summary.json", "test_eval.json"):
+            if (d / name).exists():
+                shutil.copy(d / name, copy / name)
+        out.append(copy)
+    return out
+
+
+@pytest.mark.parametrize("files", ["with checkpoints", "kept without checkpoints"])
+def test_cells_equal_the_runs(study, tmp_path, files):
+    runs = study if files == "with checkpoints" else kept(study, tmp_path / "kept")
+    recall.main([*map(str, runs[:5]), str(runs[0]), "--out", str(tmp_path)])   # a folder given twice counts once
     groups = {(g["config"], g["pairs"]): g for g in json.loads((tmp_path / "recall.json").read_text())}
     assert set(groups) == {("mha", 2), ("mha", 3), ("gla", 2), ("chance", 2), ("chance", 3)}
     assert {g["width"] for g in groups.values()} == {16, None} and {g["row_len"] for g in groups.values()} == {16}
@@ -59,7 +75,7 @@ def test_cells_equal_the_runs(study, tmp_path):
     assert two["acc"] == pytest.approx(statistics.fmean(accs))
     assert two["acc_interval"] == [min(accs), max(accs)]   # below 3 seeds: min-max
     three = groups[("mha", 3)]   # the test evaluation is preferred over the val accuracy
-    test_acc = json.loads((study[2] / "test_eval.json").read_text())[0]["test_acc"]
+    test_acc = json.loads((runs[2] / "test_eval.json").read_text())[0]["test_acc"]
     assert three["metric"] == ["test_acc"] and three["acc"] == pytest.approx(test_acc)
     # bytes kept after one row of 16 tokens, 1 layer: mha K and V of 2 heads x 8 dims in bf16;
     # gla no cache and a 2 heads x 8 x 8 fp32 state
@@ -116,3 +132,19 @@ def test_chance_comes_from_the_files_and_steps_from_the_runs(study, tmp_path):
     assert groups[("stop", 2)]["steps"] == stop["target_reached_iter"] and groups[("stop", 2)]["reached"] == 1
     assert groups[("mha", 2)]["steps"] is None and groups[("mha", 2)]["reached"] == 0
     assert "| chance (from the files) |" in (tmp_path / "recall.md").read_text()
+
+
+@pytest.mark.parametrize("fault", ["dataset gone", "settings of another model"])
+def test_a_kept_run_it_cannot_rebuild_is_refused_in_one_line(study, tmp_path, fault):
+    run, = kept(study[:1], tmp_path / "kept")
+    summary = json.loads((run / "summary.json").read_text())
+    if fault == "dataset gone":
+        summary["settings"]["data_dir"] = str(tmp_path / "nowhere")
+    else:
+        summary["settings"]["n_embd"] = 32
+    (run / "summary.json").write_text(json.dumps(summary))
+    proc = subprocess.run([sys.executable, "-m", "tools.recall", str(run), "--out", str(tmp_path / "r")],
+                          cwd=ROOT, capture_output=True, text=True)
+    want = "meta.json is missing" if fault == "dataset gone" else "give the run folder with its checkpoint"
+    assert proc.returncode == 2 and want in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -6,7 +6,9 @@ Zoology's question (Arora et al. 2023): attention keeps every key and should rec
 of pairs; a fixed state must grow with them. Runs are train.py out_dirs on MQAR datasets
 (data/mqar/prepare.py), grouped by config name (the -s<seed> suffix dropped, as tools.compare
 does), model width (n_embd) and cell: the row length and number of pairs of the run's dataset
-(the meta.json record in its checkpoint). Per group:
+(the meta.json record in its checkpoint). A run folder kept without checkpoints (summary.json and
+test_eval.json, as docs/results/ keeps them) is read from its summary's settings and its dataset's
+meta.json instead, so runs of several sessions combine. Per group:
   accuracy  test accuracy of best.pt (selected on val; the sweep's test_eval.json), mean and 95% t
             interval over seeds (min-max below 3 seeds); the best val accuracy where a run has no
             test evaluation
@@ -23,17 +25,21 @@ A chance row per cell: guessing uniformly among the row's values, computed from 
 recall.json (one object per group) and recall.png (accuracy against bytes kept, one panel per cell,
 one curve per config across widths: Zoology's figure) go to --out.
 """
+import json
 import os
 import statistics
 import sys
 
 import numpy as np
+import torch
 
+from model import GPT, GPTConfig
 from tools import compare, stats
 from tools.scorecard import check_out, write_outputs
 from trainer.checkpoint import CheckpointError
 from trainer.cli import OneLineParser, fail
 from trainer.rundir import Run, RunError
+from trainer.settings import MODEL_KEYS
 
 SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)
 
@@ -42,20 +48,44 @@ def run_row(run_dir):
     """One MQAR run: {config, width, cell (row length, pairs), seed, acc, metric, steps, bytes, params, data}."""
     run = Run(run_dir)
     summary = run.results
-    mqar = run.meta.get("mqar")
+    settings = summary.get("settings") or {}
+    if os.path.isfile(run.checkpoint_path()):
+        (model, _), meta = run.load_model("cpu"), run.meta
+    else:
+        model, meta = kept_model(summary, run_dir)
+    mqar = meta.get("mqar")
     if not mqar:
         raise RunError(f"{run_dir} was not trained on an MQAR dataset (no mqar record in its meta.json); "
                        "give runs of data/mqar/prepare.py datasets")
     key = "test_acc" if summary.get("test_acc") is not None else "best_val_acc"
-    model, _ = run.load_model("cpu")
     row_len = model.config.block_size
-    settings = summary.get("settings") or {}
     return {"config": compare.config_name(run.name), "width": model.config.n_embd,
             "cell": (row_len, mqar["num_pairs"]), "seed": summary.get("seed"), "acc": summary.get(key),
             "metric": key, "steps": summary.get("target_reached_iter"),
             "bytes": model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4,
             "params": model.num_params(),
             "data": os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "")}
+
+
+def kept_model(summary, run_dir):
+    """(model on the meta device, the dataset's meta.json) of a run kept without checkpoints (its
+    summary.json and test_eval.json, as tools.tables.store keeps them in docs/results): the model from
+    summary.json's settings, the meta from the dataset's folder, which data/mqar/prepare.py writes again
+    alike from the same flags. Its parameter count must be the summary's: a settings key this code no
+    longer reads the same way would otherwise give another model's bytes."""
+    settings = summary.get("settings") or {}
+    meta_path = os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "", "meta.json")
+    if not os.path.isfile(meta_path):
+        raise RunError(f"{run_dir} has no checkpoint and its dataset's {meta_path} is missing: prepare the "
+                       "dataset again (data/mqar/prepare.py, the command in docs/recall.md)")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    with torch.device("meta"):
+        model = GPT(GPTConfig(vocab_size=meta["vocab_size"], **{k: v for k, v in settings.items() if k in MODEL_KEYS}))
+    if model.num_params() != summary.get("params"):
+        raise RunError(f"{run_dir}: the model of its settings has {model.num_params():,} parameters, its summary.json "
+                       f"{summary.get('params')}; give the run folder with its checkpoint")
+    return model, meta
 
 
 def chance_from_files(folder, row_len):
