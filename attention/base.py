@@ -35,6 +35,12 @@ on `Attention` (the ones without a default must be written by every variant):
                                       the same by PaLM's convention, every key a query may score (causal
                                       half not subtracted): for MFU only. Default pair_flops() x
                                       keys_per_query(seq_len). The recurrent variants override both.
+    keys_seen(seq_len) -> bool (T, T) | None
+                                      which earlier tokens each position reads in this layer (row =
+                                      query), fixed before any data: causal by default (dense softmax;
+                                      a recurrent state reads every earlier token too); a sparse pattern's
+                                      own; None where content picks the keys (moba). tools/recall.py
+                                      composes the layers' to tell which MQAR pairs a query can reach.
     keys_per_query(seq_len)           the most keys one query scores: seq_len by default (dense softmax);
                                       None for a layer that reads a state instead of keys.
     mean_keys_per_query(seq_len)      the keys a query scores averaged over positions 0..seq_len-1,
@@ -143,6 +149,10 @@ class Attention(nn.Module):
         """Training FLOPs (forward + backward = 3x forward) of one (query, key) pair over all heads:
         q.k and p.v, 2 * head_dim each (one multiply-add is 2 FLOPs)."""
         return 3 * 4 * self.n_head * self.head_dim
+
+    def keys_seen(self, seq_len: int) -> torch.Tensor | None:
+        """bool (seq_len, seq_len): query i reads token j in this layer. Causal: every earlier token."""
+        return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
 
     def keys_per_query(self, seq_len: int) -> int | None:
         """The most keys one query scores over seq_len tokens, with no causal saving: all of them for

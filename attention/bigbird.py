@@ -203,6 +203,11 @@ class BlockSparseAttention(QKVAttention):
         k_blk = torch.div(k_pos - start, self.sparse_block, rounding_mode="floor")
         return self.layout[q_blk][:, k_blk]
 
+    def keys_seen(self, seq_len: int) -> torch.Tensor:
+        """The chosen blocks' tokens, causal."""
+        pos = torch.arange(seq_len, device=self.layout.device)
+        return (self.token_keep(pos, pos) & (pos[None, :] <= pos[:, None])).cpu()
+
     def attend_dense(self, q, k, v, q_pos, k_pos, dropout_p=0.0, impl="sdpa"):
         """Full attention restricted by the token mask: O(Tq * Tk), for tests and decoding."""
         return attend(q, k, v, q_pos, k_pos, alibi_slopes=self.alibi_slopes,

@@ -111,6 +111,9 @@ class MixtureOfBlockAttention(QKVAttention):
                 "gathered": (None, {"why": "moba chooses key blocks per query, which no kernel's block layout "
                                            "expresses"})}
 
+    def keys_seen(self, seq_len: int) -> None:
+        return None  # each query's blocks are chosen by q . mean(k): content, not a fixed pattern
+
     def token_keep(self, q, k, q_pos, k_pos):
         """bool (B, H, Tq, Tk): key j is in query i's own block or in one of its chosen blocks."""
         gates, own = block_gates(q, k, k_pos, q_pos, self.sparse_block)

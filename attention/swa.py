@@ -108,6 +108,11 @@ class SlidingWindowAttention(QKVAttention):
     def cache_max_tokens(self) -> int:
         return self.window
 
+    def keys_seen(self, seq_len: int) -> torch.Tensor:
+        """The band i - W < j <= i."""
+        pos = torch.arange(seq_len)
+        return (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - self.window)
+
     def keys_per_query(self, seq_len: int) -> int:
         return min(seq_len, self.window)
 

@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import train
@@ -34,8 +35,8 @@ def mqar_run(root, pairs, name, *extra):
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    """mha at 2 pairs (2 seeds) and 3 pairs (1 seed, evaluated on test), gla at 2 pairs (2 seeds), and a
-    run at 2 pairs that stops at its first evaluation past 1% accuracy."""
+    """mha at 2 pairs (2 seeds) and 3 pairs (1 seed, evaluated on test), gla at 2 pairs (2 seeds), a
+    run at 2 pairs that stops at its first evaluation past 1% accuracy, and swa (a window of 4) at 2 pairs."""
     root = tmp_path_factory.mktemp("recall")
     for pairs in (2, 3):
         mqar_data(root, pairs)
@@ -43,6 +44,7 @@ def study(tmp_path_factory):
     runs.append(mqar_run(root, 3, "mha-s1"))
     runs += [mqar_run(root, 2, f"gla-s{s}", f"--seed={s}", "--attention=gla", "--gla_chunk=16") for s in (1, 2)]
     runs.append(mqar_run(root, 2, "stop-s1", "--stop_val_acc=0.01", "--eval_interval=10"))
+    runs.append(mqar_run(root, 2, "swa-s1", "--attention=swa", "--sliding_window=4"))
     length_eval.main([str(runs[2]), "--split=test", "--lengths=16", "--json", str(runs[2] / "test_eval.json"),
                       "--plot", str(root / "e.png")])
     return runs
@@ -148,3 +150,20 @@ def test_a_kept_run_it_cannot_rebuild_is_refused_in_one_line(study, tmp_path, fa
     want = "meta.json is missing" if fault == "dataset gone" else "give the run folder with its checkpoint"
     assert proc.returncode == 2 and want in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_pairs_a_window_leaves_out_are_counted_from_the_files(study, tmp_path):
+    """One layer with a window of 4: a query reaches its pair iff its key and value are among its last 4
+    tokens, counted here from the test files; dense attention reaches every pair and gets no row."""
+    recall.main([str(study[0]), str(study[6]), "--out", str(tmp_path)])
+    groups = {g["config"]: g for g in json.loads((tmp_path / "recall.json").read_text())}
+    x = np.fromfile(study[6].parent.parent.parent / "p2" / "test.bin", dtype=np.uint16).reshape(-1, 16)
+    y = np.fromfile(study[6].parent.parent.parent / "p2" / "test.targets.bin", dtype=np.int32).reshape(-1, 16)
+    inside = [q - list(row).index(row[q]) < 4 and q - list(row).index(answers[q]) < 4
+              for row, answers in zip(x, y) for q in np.flatnonzero(answers != -1)]
+    assert 0 < sum(inside) < len(inside)
+    assert groups["swa"]["reach"]["field"] == pytest.approx(np.mean(inside))
+    assert groups["mha"]["reach"] == {"field": 1, "direct": 1, "ceiling": 1}
+    text = (tmp_path / "recall.md").read_text()
+    table = text[text.index("Queries the pattern lets reach"):]
+    assert "| swa | " in table and "| mha | " not in table

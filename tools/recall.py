@@ -31,10 +31,9 @@ import statistics
 import sys
 
 import numpy as np
-import torch
 
 from model import GPT, GPTConfig
-from tools import compare, stats
+from tools import compare, reach, stats
 from tools.scorecard import check_out, write_outputs
 from trainer.checkpoint import CheckpointError
 from trainer.cli import OneLineParser, fail
@@ -59,20 +58,22 @@ def run_row(run_dir):
                        "give runs of data/mqar/prepare.py datasets")
     key = "test_acc" if summary.get("test_acc") is not None else "best_val_acc"
     row_len = model.config.block_size
+    data = os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "")
     return {"config": compare.config_name(run.name), "width": model.config.n_embd,
             "cell": (row_len, mqar["num_pairs"]), "seed": summary.get("seed"), "acc": summary.get(key),
             "metric": key, "steps": summary.get("target_reached_iter"),
             "bytes": model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4,
-            "params": model.num_params(),
-            "data": os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "")}
+            "params": model.num_params(), "data": data,
+            "reach": reach.reach(model, data, row_len, mqar["num_pairs"]) if has_split(data, "test") else None}
 
 
 def kept_model(summary, run_dir):
-    """(model on the meta device, the dataset's meta.json) of a run kept without checkpoints (its
+    """(model with random weights, the dataset's meta.json) of a run kept without checkpoints (its
     summary.json and test_eval.json, as tools.tables.store keeps them in docs/results): the model from
-    summary.json's settings, the meta from the dataset's folder, which data/mqar/prepare.py writes again
-    alike from the same flags. Its parameter count must be the summary's: a settings key this code no
-    longer reads the same way would otherwise give another model's bytes."""
+    summary.json's settings (its patterns and formulas are all this needs), the meta from the
+    dataset's folder, which data/mqar/prepare.py writes again alike from the same flags. Its
+    parameter count must be the summary's: a settings key this code no longer reads the same way
+    would otherwise give another model's bytes."""
     settings = summary.get("settings") or {}
     meta_path = os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "", "meta.json")
     if not os.path.isfile(meta_path):
@@ -80,21 +81,24 @@ def kept_model(summary, run_dir):
                        "dataset again (data/mqar/prepare.py, the command in docs/recall.md)")
     with open(meta_path) as f:
         meta = json.load(f)
-    with torch.device("meta"):
-        model = GPT(GPTConfig(vocab_size=meta["vocab_size"], **{k: v for k, v in settings.items() if k in MODEL_KEYS}))
+    # built on the CPU, not the meta device: BigBird draws its layout (from sparse_seed) only there
+    model = GPT(GPTConfig(vocab_size=meta["vocab_size"], **{k: v for k, v in settings.items() if k in MODEL_KEYS}))
     if model.num_params() != summary.get("params"):
         raise RunError(f"{run_dir}: the model of its settings has {model.num_params():,} parameters, its summary.json "
                        f"{summary.get('params')}; give the run folder with its checkpoint")
     return model, meta
 
 
+def has_split(folder, split):
+    return all(os.path.exists(os.path.join(folder, f"{split}{s}")) for s in (".bin", ".targets.bin"))
+
+
 def chance_from_files(folder, row_len):
     """Mean over the counted queries of the test (else val) split of 1 / (distinct values of the query's
     row): guessing among the row's values. None when the files are not there."""
     for split in ("test", "val"):
-        x_path, y_path = (os.path.join(folder, f"{split}{s}") for s in (".bin", ".targets.bin"))
-        if os.path.exists(x_path) and os.path.exists(y_path):
-            y = np.fromfile(y_path, dtype=np.int32).reshape(-1, row_len)
+        if has_split(folder, split):
+            y = np.fromfile(os.path.join(folder, f"{split}.targets.bin"), dtype=np.int32).reshape(-1, row_len)
             counted = y != -1
             distinct = np.array([len(set(row[c].tolist())) for row, c in zip(y, counted)])
             return float((counted.sum(1) / distinct).sum() / counted.sum())
@@ -129,7 +133,7 @@ def group_rows(rows, solved=SOLVED):
                     "steps": statistics.median(steps) if steps else None, "reached": len(steps),
                     "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
                     "metric": sorted({r["metric"] for r in runs}), "bytes_per_seq": runs[0]["bytes"],
-                    "params": runs[0]["params"]})
+                    "params": runs[0]["params"], "reach": runs[0]["reach"]})
     return out
 
 
@@ -159,6 +163,25 @@ def cell(g):
     return text
 
 
+def reach_cell(r):
+    if r is None:
+        return "-"
+    return "content-chosen" if r["field"] is None else f"{r['field']:.3f} / {r['direct']:.3f} / {r['ceiling']:.3f}"
+
+
+def reach_table(configs, mine, cells):
+    """The configs whose pattern leaves some pairs out of some query's reach (tools/reach.py)."""
+    short = [c for c in configs if any((g := mine.get((c, t, p))) and g["reach"] and g["reach"]["field"] != 1
+                                       for t, p in cells)]
+    if not short:
+        return []
+    head = "| config | " + " | ".join(f"{t} tokens, {p} pairs" for t, p in cells) + " |"
+    return (["Queries the pattern lets reach their pair (tools.reach: field / direct / ceiling):", "",
+             head, "|" + "---|" * (1 + len(cells))]
+            + [f"| {c} | " + " | ".join(reach_cell((mine.get((c, t, p)) or {}).get("reach")) for t, p in cells) + " |"
+               for c in short] + [""])
+
+
 def markdown(groups, chance, solved=SOLVED):
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
     lines = []
@@ -175,6 +198,7 @@ def markdown(groups, chance, solved=SOLVED):
                          + " | ".join(cell(mine.get((c, t, p))) for t, p in cells) + " |")
         by_cell = {(g["row_len"], g["pairs"]): g for g in chance}
         lines += ["| chance (from the files) | - | 0 | " + " | ".join(cell(by_cell.get(k)) for k in cells) + " |", ""]
+        lines += reach_table(configs, mine, cells)
     metrics = sorted({m for g in groups for m in g["metric"]})
     lines += [f"Accuracy: {', '.join(metrics)} of best.pt, mean [95% t interval from 3 seeds, min-max below] "
               f"(n seeds); solved: seeds at accuracy >= {solved:g}; stop_val_acc: the seeds whose val accuracy reached "

@@ -1,0 +1,121 @@
+"""Which MQAR queries a sparse pattern lets reach their pair, before any training.
+
+    python -m tools.reach config/recall/swa.py config/recall/bigbird.py --data=data/mqar64p16
+
+A query at position q asks for the value v of its key k (given earlier at k_pos, v at v_pos). Each
+layer reads the tokens its pattern lets it read (Attention.keys_seen: a window, BigBird's blocks;
+causal for dense softmax and the recurrent states; None where content chooses, as MoBA does).
+Counted over the split's queries:
+
+  field    k_pos and v_pos both lie in q's receptive field, the layers' patterns composed (each with
+           the residual path): without it no weights can answer, whatever the circuit
+  direct   in the field, and the last layer reads v_pos from q itself: the two-layer recall circuit
+           (layer 1 binds k to v at v_pos, layer 2 looks k up from q) needs this
+  ceiling  the most accuracy any model with these patterns can have: 1 for a query in the field,
+           else 1 / (P - m) with m the other pairs in its field (at best it knows the row's P values
+           and rules out the m it sees bound to other keys)
+
+Patterns are read from the built model (random weights: patterns do not depend on them; BigBird's
+layout comes from sparse_seed), so a config file or a trained run's model gives the same answer.
+"""
+import functools
+import json
+import os
+import sys
+
+import numpy as np
+
+from model import GPT, GPTConfig
+from trainer.cli import ConfigError, OneLineParser, fail
+from trainer.settings import MODEL_KEYS, parse_shared_keys
+
+
+def layer_patterns(model, row_len):
+    """[bool (T, T) per layer], or None when a layer's keys depend on content."""
+    seen = [block.attn.keys_seen(row_len) for block in model.h]
+    return None if any(s is None for s in seen) else [s.numpy() for s in seen]
+
+
+def receptive_field(patterns):
+    """bool (T, T): token j can influence position i through the layers (each read plus the residual)."""
+    eye = np.eye(patterns[0].shape[0], dtype=bool)
+    field = eye
+    for seen in patterns:
+        field = ((seen | eye).astype(np.int64) @ field.astype(np.int64)) > 0
+    return field
+
+
+@functools.lru_cache(maxsize=8)   # the runs of one cell share their dataset's files
+def queries(folder, split, row_len):
+    """[(q, k_pos, v_pos, [(k_pos, v_pos) of the row's other queried pairs])] over the split's counted
+    queries: k_pos the first earlier occurrence of the query's key, v_pos the only one of its answer."""
+    x = np.fromfile(os.path.join(folder, f"{split}.bin"), dtype=np.uint16).reshape(-1, row_len)
+    y = np.fromfile(os.path.join(folder, f"{split}.targets.bin"), dtype=np.int32).reshape(-1, row_len)
+    out = []
+    for row, targets in zip(x, y):
+        places = np.flatnonzero(targets != -1)
+        pairs = {}
+        for q in places:
+            k_pos = int(np.flatnonzero(row[:q] == row[q])[0])
+            v_pos = int(np.flatnonzero(row == targets[q])[0])
+            pairs[int(q)] = (k_pos, v_pos)
+        for q, (k_pos, v_pos) in pairs.items():
+            out.append((q, k_pos, v_pos, [p for other, p in pairs.items() if other != q]))
+    return out
+
+
+def reach(model, folder, row_len, pairs, split="test"):
+    """{"field", "direct", "ceiling"}: fractions of the split's queries (ceiling an accuracy), each None
+    when a layer's pattern depends on content."""
+    patterns = layer_patterns(model, row_len)
+    if patterns is None:
+        return dict.fromkeys(("field", "direct", "ceiling"))
+    field, last = receptive_field(patterns), patterns[-1]
+    direct = in_field = ceiling = 0.0
+    rows = queries(folder, split, row_len)
+    for q, k_pos, v_pos, others in rows:
+        if field[q, k_pos] and field[q, v_pos]:
+            direct += bool(last[q, v_pos])
+            in_field += 1
+            ceiling += 1
+        else:
+            seen = sum(bool(field[q, k] and field[q, v]) for k, v in others)
+            ceiling += 1 / (pairs - seen)
+    n = len(rows)
+    return {"direct": direct / n, "field": in_field / n, "ceiling": ceiling / n}
+
+
+def config_model(path, overrides, vocab_size):
+    keys = parse_shared_keys(path, overrides)
+    return GPT(GPTConfig(vocab_size=vocab_size, **{k: keys[k] for k in MODEL_KEYS}))
+
+
+def main(argv=None):
+    ap = OneLineParser(prog="python -m tools.reach", description=__doc__.splitlines()[0])
+    ap.add_argument("configs", nargs="+", help="config files (train.py's), e.g. config/recall/swa.py")
+    ap.add_argument("--data", required=True, help="an MQAR dataset folder (data/mqar/prepare.py)")
+    ap.add_argument("--split", default="test", choices=("val", "test"))
+    args, overrides = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    meta_path = os.path.join(args.data, "meta.json")
+    if not os.path.isfile(meta_path):
+        fail(f"--data={args.data} has no meta.json: give a folder data/mqar/prepare.py wrote")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    if "mqar" not in meta:
+        fail(f"--data={args.data} is not an MQAR dataset (no mqar record in its meta.json)")
+    row_len, pairs = meta["row_len"], meta["mqar"]["num_pairs"]
+    print(f"{args.data}: rows of {row_len} tokens, {pairs} pairs, {args.split} split")
+    print("| config | field | direct | ceiling |\n|---|---|---|---|")
+    for path in args.configs:
+        try:
+            model = config_model(path, [*overrides, f"--block_size={row_len}"], meta["vocab_size"])
+        except (ConfigError, ValueError) as e:
+            fail(f"{path}: {e}")
+        r = reach(model, args.data, row_len, pairs, args.split)
+        cells = (["content-chosen: no fixed pattern", "-", "-"] if r["field"] is None
+                 else [f"{r[k]:.3f}" for k in ("field", "direct", "ceiling")])
+        print(f"| {os.path.splitext(os.path.basename(path))[0]} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
