@@ -88,7 +88,7 @@ def test_counts_over_rows_written_by_hand(tmp_path):
 
 
 def test_cli_refuses_a_folder_without_mqar_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tools.reach", "config/recall/swa.py", f"--data={tmp_path}"],
+    proc = subprocess.run([sys.executable, "-m", "tools.reach", "config/recall/swa.py", "--data", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "has no meta.json" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import ROOT
 from tools import compare, stats, tables
-from tools.tables import extension, store, stored
+from tools.tables import extension, mqar, store, stored
 
 
 @pytest.fixture()
@@ -181,3 +181,19 @@ def test_the_extension_tables_group_seeds_and_pair_each_setting_with_its_own_win
     key = extension.passkey_table(str(tmp_path))
     (lo, hi), (lo6, hi6) = stats.wilson(144, 150), stats.wilson(6, 150)
     assert key[2] == f"| base10k | 144/150 = 0.96 [{lo:.2f}, {hi:.2f}] | 6/150 = 0.04 [{lo6:.2f}, {hi6:.2f}] |"
+
+
+def test_the_reach_table_keeps_the_configs_a_pattern_limits(tmp_path):
+    """tools.reach rows: a config in reach everywhere gets no row; content-chosen ones say so."""
+    def row(config, pairs, field, direct, ceiling):
+        return {"config": config, "row_len": 64, "pairs": pairs, "field": field, "direct": direct, "ceiling": ceiling}
+    rows = [row("mha", 4, 1, 1, 1), row("mha", 8, 1, 1, 1), row("swa", 4, 0.5, 0.25, 0.625),
+            row("swa", 8, 0.25, 0.125, 0.5), row("bigbird", 4, 1, 1, 1), row("bigbird", 8, 1, 0.75, 1),
+            row("moba", 4, None, None, None), row("moba", 8, None, None, None)]
+    (tmp_path / "docs/results/recall/reach").mkdir(parents=True)
+    (tmp_path / "docs/results/recall/reach/reach.json").write_text(json.dumps(rows))
+    lines = mqar.reach(str(tmp_path))
+    assert lines[0] == "| config | 64 tokens, 4 pairs | 64 tokens, 8 pairs |"
+    assert lines[2:] == ["| swa | 0.500 / 0.250 / 0.625 | 0.250 / 0.125 / 0.500 |",
+                         "| bigbird | 1.000 / 1.000 / 1.000 | 1.000 / 0.750 / 1.000 |",
+                         "| moba | content-chosen | content-chosen |"]

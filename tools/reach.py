@@ -1,6 +1,6 @@
 """Which MQAR queries a sparse pattern lets reach their pair, before any training.
 
-    python -m tools.reach config/recall/swa.py config/recall/bigbird.py --data=data/mqar64p16
+    python -m tools.reach config/recall/swa.py config/recall/bigbird.py --data data/mqar64p4 data/mqar64p16
 
 A query at position q asks for the value v of its key k (given earlier at k_pos, v at v_pos). Each
 layer reads the tokens its pattern lets it read (Attention.keys_seen: a window, BigBird's blocks;
@@ -27,6 +27,7 @@ import numpy as np
 
 from model import GPT, GPTConfig
 from trainer.cli import ConfigError, OneLineParser, fail
+from trainer.rundir import write_json_atomic
 from trainer.settings import MODEL_KEYS, parse_shared_keys
 
 
@@ -93,28 +94,41 @@ def config_model(path, overrides, vocab_size):
 def main(argv=None):
     ap = OneLineParser(prog="python -m tools.reach", description=__doc__.splitlines()[0])
     ap.add_argument("configs", nargs="+", help="config files (train.py's), e.g. config/recall/swa.py")
-    ap.add_argument("--data", required=True, help="an MQAR dataset folder (data/mqar/prepare.py)")
+    ap.add_argument("--data", nargs="+", required=True, help="MQAR dataset folders (data/mqar/prepare.py)")
     ap.add_argument("--split", default="test", choices=("val", "test"))
+    ap.add_argument("--json", help="also write the rows here, [{config, data, row_len, pairs, field, direct, ceiling}]")
     args, overrides = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
-    meta_path = os.path.join(args.data, "meta.json")
+    metas = {folder: read_meta(folder) for folder in args.data}   # every folder checked before any work
+    rows = []
+    for folder, meta in metas.items():
+        row_len, pairs = meta["row_len"], meta["mqar"]["num_pairs"]
+        print(f"{folder}: rows of {row_len} tokens, {pairs} pairs, {args.split} split")
+        print("| config | field | direct | ceiling |\n|---|---|---|---|")
+        for path in args.configs:
+            try:
+                model = config_model(path, [*overrides, f"--block_size={row_len}"], meta["vocab_size"])
+            except (ConfigError, ValueError) as e:
+                fail(f"{path}: {e}")
+            r = reach(model, folder, row_len, pairs, args.split)
+            name = os.path.splitext(os.path.basename(path))[0]
+            rows.append({"config": name, "data": folder, "row_len": row_len, "pairs": pairs, **r})
+            cells = (["content-chosen: no fixed pattern", "-", "-"] if r["field"] is None
+                     else [f"{r[k]:.3f}" for k in ("field", "direct", "ceiling")])
+            print(f"| {name} | " + " | ".join(cells) + " |")
+    if args.json:
+        write_json_atomic(rows, args.json)
+
+
+def read_meta(folder):
+    """The dataset's meta.json; one line and exit 2 unless it is an MQAR dataset."""
+    meta_path = os.path.join(folder, "meta.json")
     if not os.path.isfile(meta_path):
-        fail(f"--data={args.data} has no meta.json: give a folder data/mqar/prepare.py wrote")
+        fail(f"--data {folder} has no meta.json: give a folder data/mqar/prepare.py wrote")
     with open(meta_path) as f:
         meta = json.load(f)
     if "mqar" not in meta:
-        fail(f"--data={args.data} is not an MQAR dataset (no mqar record in its meta.json)")
-    row_len, pairs = meta["row_len"], meta["mqar"]["num_pairs"]
-    print(f"{args.data}: rows of {row_len} tokens, {pairs} pairs, {args.split} split")
-    print("| config | field | direct | ceiling |\n|---|---|---|---|")
-    for path in args.configs:
-        try:
-            model = config_model(path, [*overrides, f"--block_size={row_len}"], meta["vocab_size"])
-        except (ConfigError, ValueError) as e:
-            fail(f"{path}: {e}")
-        r = reach(model, args.data, row_len, pairs, args.split)
-        cells = (["content-chosen: no fixed pattern", "-", "-"] if r["field"] is None
-                 else [f"{r[k]:.3f}" for k in ("field", "direct", "ceiling")])
-        print(f"| {os.path.splitext(os.path.basename(path))[0]} | " + " | ".join(cells) + " |")
+        fail(f"--data {folder} is not an MQAR dataset (no mqar record in its meta.json)")
+    return meta
 
 
 if __name__ == "__main__":

@@ -169,10 +169,15 @@ def reach_cell(r):
     return "content-chosen" if r["field"] is None else f"{r['field']:.3f} / {r['direct']:.3f} / {r['ceiling']:.3f}"
 
 
+def limits(r):
+    """A reach (tools/reach.py) that leaves some query's pair out of the field or of a direct read, or that
+    content decides; False for None (no files to count on)."""
+    return r is not None and (r["field"] is None or min(r["field"], r["direct"]) < 1)
+
+
 def reach_table(configs, mine, cells):
-    """The configs whose pattern leaves some pairs out of some query's reach (tools/reach.py)."""
-    short = [c for c in configs if any((g := mine.get((c, t, p))) and g["reach"] and g["reach"]["field"] != 1
-                                       for t, p in cells)]
+    """The configs whose pattern limits some query in some cell (limits)."""
+    short = [c for c in configs if any(limits((mine.get((c, t, p)) or {}).get("reach")) for t, p in cells)]
     if not short:
         return []
     head = "| config | " + " | ".join(f"{t} tokens, {p} pairs" for t, p in cells) + " |"

@@ -1,12 +1,14 @@
 """docs/recall.md's tables: the recall study's run files as tools.recall's sweeps wrote them
-(docs/results/recall/<sweep>/: summary.json, test_eval.json, plan.json, read through trainer.rundir.Run)
-and the binding-free strategies on the old and the new MQAR files (docs/results/mqar_layout).
+(docs/results/recall/<sweep>/: summary.json, test_eval.json, plan.json, read through trainer.rundir.Run),
+tools.reach's counts of the pairs each pattern leaves out of reach (docs/results/recall/reach), and
+the binding-free strategies on the old and the new MQAR files (docs/results/mqar_layout).
 """
 import glob
+import json
 import os
 
 from attention import VARIANTS
-from tools import compare
+from tools import compare, recall
 from tools.tables.source import fmt_sci, md_table, results_dir, study
 from trainer.rundir import Run
 
@@ -77,6 +79,18 @@ def tune_status(root):
     return md_table(["config", *map(fmt_sci, grid)], rows)
 
 
+def reach(root):
+    """tools.reach's counts (docs/results/recall/reach/reach.json) for the configs whose pattern limits
+    some query in some cell (tools.recall.limits), cells as columns."""
+    with open(os.path.join(results_dir(root, "recall"), "reach", "reach.json")) as f:
+        rows = json.load(f)
+    cells = list(dict.fromkeys((r["row_len"], r["pairs"]) for r in rows))
+    by = {(r["config"], r["row_len"], r["pairs"]): r for r in rows}
+    configs = [c for c in dict.fromkeys(r["config"] for r in rows) if any(recall.limits(by[(c, *k)]) for k in cells)]
+    return md_table(["config", *(f"{t} tokens, {p} pairs" for t, p in cells)],
+                    [[c, *(recall.reach_cell(by[(c, *k)]) for k in cells)] for c in configs])
+
+
 def mqar_layout(root):
     """Binding-free strategies on the old files and on Zoology's layout, against chance 1/P."""
     return md_table(["rows", "pairs", "strategy (binding-free)", "old files", "Zoology's layout (now)", "chance 1/P"],
@@ -90,4 +104,5 @@ TABLES = {
     "recall-anchor-lr": anchor_lr,
     "recall-anchor-seeds": anchor_seeds,
     "recall-tune-status": tune_status,
+    "recall-reach": reach,
 }
