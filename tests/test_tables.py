@@ -3,6 +3,7 @@ docs/results/ and the code: the committed documents match their regeneration, an
 document or in a result file) is caught and named, and the code-derived cells equal the formulas
 written out here (a gate of n_embd x n_embd per layer, a bf16 K/V cache)."""
 import json
+import os
 import shutil
 
 import pytest
@@ -197,3 +198,30 @@ def test_the_reach_table_keeps_the_configs_a_pattern_limits(tmp_path):
     assert lines[2:] == ["| swa | 0.500 / 0.250 / 0.625 | 0.250 / 0.125 / 0.500 |",
                          "| bigbird | 1.000 / 1.000 / 1.000 | 1.000 / 0.750 / 1.000 |",
                          "| moba | content-chosen | content-chosen |"]
+
+
+def test_a_stored_sweep_restores_into_a_fresh_folder_without_touching_what_is_there(tmp_path):
+    """store() keeps the runs and the lr/ probes; restore() copies back those the sweep folder lacks,
+    byte for byte, and leaves a run the folder already has as it is."""
+    fake_sweep(tmp_path / "sweep", {"mha-s1": (1.80, 1.90), "gla-s1": (1.85, 1.95)})
+    fake_sweep(tmp_path / "sweep" / "lr", {"mha-lr0.001-s1": (1.7, 1.8)})
+    (tmp_path / "docs").mkdir()
+    written = store.store(str(tmp_path / "sweep"), "s", root=str(tmp_path))
+    assert len(written) == 3 * 3 + 1
+    fresh = tmp_path / "fresh"
+    (fresh / "gla-s1").mkdir(parents=True)
+    (fresh / "gla-s1" / "summary.json").write_text("{}")
+    restored = store.restore("s", str(fresh), root=str(tmp_path))
+    assert sorted(os.path.relpath(p, fresh) for p in restored) == sorted(
+        f"{run}/{name}" for run in ("mha-s1", "lr/mha-lr0.001-s1") for name in ("summary.json", "log.jsonl",
+                                                                               "test_eval.json"))
+    for p in restored:
+        assert open(p).read() == open(tmp_path / "sweep" / os.path.relpath(p, fresh)).read()
+    assert (fresh / "gla-s1" / "summary.json").read_text() == "{}"
+
+
+def test_restore_of_a_study_never_stored_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        store.main(["sweeps/nothing", "no-such-study", "--restore"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "holds no stored run" in err[0]

@@ -3,9 +3,16 @@
     python -m tools.tables.store sweeps/cache256 cache256
     python -m tools.tables.store sweeps/sparse512 sparse512-window sweeps/sparse512/eval_window.json --runs=mha
 
-Copies each run folder's summary.json, log.jsonl and test_eval.json (never checkpoints), the sweep's
-plan.json and any further files named (evaluation JSON); each file is written to a temporary name and
-renamed. --runs keeps the runs of these configs only.
+Copies each run folder's summary.json, log.jsonl and test_eval.json (never checkpoints; the runs and
+the learning-rate probes under lr/ alike), the sweep's plan.json and any further files named
+(evaluation JSON); each file is written to a temporary name and renamed. --runs keeps the runs of these
+configs only.
+
+    python -m tools.tables.store sweeps/recall/w64-t64-p4 recall/w64-t64-p4 --restore
+
+--restore goes the other way, for a study that runs over several sessions on machines that keep only
+what was committed: the stored files of every run SWEEP lacks are copied back into it, so that the same
+tools.sweep command skips the finished runs (their summary.json says finished) and trains the rest.
 """
 import glob
 import os
@@ -25,22 +32,41 @@ def copy(src, dst):
         write_text_atomic(f.read(), dst)
 
 
+def run_folders(folder):
+    """The run folders under folder with a summary.json, relative to it: <config>-s<seed> and the
+    learning-rate probes lr/<config>-lr<rate>-s<seed>."""
+    found = glob.glob(os.path.join(folder, "*-s*")) + glob.glob(os.path.join(folder, "lr", "*-s*"))
+    return sorted(os.path.relpath(d, folder) for d in found if os.path.isfile(os.path.join(d, SUMMARY)))
+
+
+def copy_runs(src, dst, runs):
+    """[paths written]: each run's small files from src/<run> to dst/<run>."""
+    written = []
+    for run in runs:
+        for name in (SUMMARY, LOG, TEST_EVAL):
+            if os.path.isfile(os.path.join(src, run, name)):
+                written.append(os.path.join(dst, run, name))
+                copy(os.path.join(src, run, name), written[-1])
+    return written
+
+
 def store(sweep, study, extra=(), configs=None, root=HERE):
     """[paths written]: the small files of sweep's runs (of configs, or all) and extra under docs/results/study."""
-    out, written = results_dir(root, study), []
-    runs = [d for d in sorted(glob.glob(os.path.join(sweep, "*-s*"))) if os.path.isfile(os.path.join(d, SUMMARY))]
-    for run in runs:
-        if configs and config_name(os.path.basename(run)) not in configs:
-            continue
-        for name in (SUMMARY, LOG, TEST_EVAL):
-            if os.path.isfile(os.path.join(run, name)):
-                written.append(os.path.join(out, os.path.basename(run), name))
-                copy(os.path.join(run, name), written[-1])
+    out = results_dir(root, study)
+    runs = [r for r in run_folders(sweep) if not configs or config_name(os.path.basename(r)) in configs]
+    written = copy_runs(sweep, out, runs)
     for path in [os.path.join(sweep, "plan.json"), *extra]:
         if os.path.isfile(path):
             written.append(os.path.join(out, os.path.basename(path)))
             copy(path, written[-1])
     return written
+
+
+def restore(study, sweep, root=HERE):
+    """[paths written]: the stored files of each run of docs/results/study that sweep has no summary.json of."""
+    stored = results_dir(root, study)
+    return copy_runs(stored, sweep, [r for r in run_folders(stored)
+                                     if not os.path.isfile(os.path.join(sweep, r, SUMMARY))])
 
 
 def main(argv=None):
@@ -49,7 +75,10 @@ def main(argv=None):
     ap.add_argument("study", help="the name under docs/results/")
     ap.add_argument("extra", nargs="*", help="further files to store (evaluation JSON)")
     ap.add_argument("--runs", help="comma-separated configs whose runs to store (default: every run)")
+    ap.add_argument("--restore", action="store_true", help="copy the stored runs back into SWEEP (where it lacks them)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.restore:
+        return main_restore(args)
     missing = [p for p in [args.sweep, *args.extra] if not os.path.exists(p)]
     if missing:
         fail(f"{missing[0]} does not exist; give the sweep's --out folder and files that are there")
@@ -60,6 +89,19 @@ def main(argv=None):
     if not written:
         fail(f"{args.sweep} holds no run folder with a summary.json; point it at a sweep's --out")
     print(f"stored {len(written)} files in {results_dir(HERE, args.study)}", file=sys.stderr)
+
+
+def main_restore(args):
+    stored = results_dir(HERE, args.study)
+    if args.extra or args.runs:
+        fail("--restore copies every stored run back: give only SWEEP and STUDY")
+    if not run_folders(stored):
+        fail(f"{stored} holds no stored run; give the name the study was stored under")
+    try:
+        written = restore(args.study, args.sweep)
+    except WriteError as e:
+        fail(str(e))
+    print(f"restored {len(written)} files into {args.sweep}", file=sys.stderr)
 
 
 if __name__ == "__main__":
