@@ -21,9 +21,11 @@ def tiny(attention, n_layer=2, **keys):
                          **keys)).double().eval()
 
 
-def gradient_support(model):
-    """bool (T, T): d logits[q] / d (token embedding j) is nonzero."""
-    idx = torch.randint(0, 32, (1, T), generator=torch.Generator().manual_seed(1))
+ROW = torch.randint(0, 32, (1, T), generator=torch.Generator().manual_seed(1))
+
+
+def gradient_support(model, idx=ROW):
+    """bool (T, T): d logits[q] / d (token embedding j) is nonzero on the row idx (1, T)."""
     support = np.zeros((T, T), dtype=bool)
     for q in range(T):
         emb = model.wte(idx).detach().requires_grad_()
@@ -50,8 +52,19 @@ def test_receptive_field_is_where_gradients_reach(attention, n_layer, keys):
     assert not causal if attention in ("swa", "bigbird") else causal   # the sparse ones miss some earlier tokens
 
 
-def test_moba_has_no_fixed_pattern():
-    assert reach.layer_patterns(tiny("moba", sparse_block=4), T) is None
+def test_moba_has_no_fixed_pattern_and_its_chosen_one_is_where_gradients_reach():
+    """MoBA's choice carries no gradient, so the gradients reach exactly the field of the blocks chosen."""
+    model = tiny("moba", sparse_block=4, moba_topk=1)
+    assert reach.layer_patterns(model, T) is None
+    field = reach.receptive_field(reach.observed_patterns(model, ROW))[0]
+    assert (field == gradient_support(model)).all() and not (field == np.tri(T, dtype=bool)).all()
+
+
+def test_moba_reading_every_block_reaches_every_pair(tmp_path):
+    write_rows(tmp_path / "d", [([1, 17, 2, 18] + [30] * 8 + [2, 30, 1, 30], {12: 18, 14: 17})])
+    model = tiny("moba", sparse_block=4, moba_topk=3)
+    assert reach.reach(model, str(tmp_path / "d"), T, pairs=2) == dict.fromkeys(("field", "direct", "ceiling"))
+    assert reach.reach(model, str(tmp_path / "d"), T, pairs=2, observe=True) == {"field": 1, "direct": 1, "ceiling": 1}
 
 
 def write_rows(folder, rows):

@@ -24,6 +24,7 @@ import os
 import sys
 
 import numpy as np
+import torch
 
 from model import GPT, GPTConfig
 from trainer.cli import ConfigError, OneLineParser, fail
@@ -32,55 +33,90 @@ from trainer.settings import MODEL_KEYS, parse_shared_keys
 
 
 def layer_patterns(model, row_len):
-    """[bool (T, T) per layer], or None when a layer's keys depend on content."""
+    """[bool (1, T, T) per layer], or None when a layer's keys depend on content."""
     seen = [block.attn.keys_seen(row_len) for block in model.h]
-    return None if any(s is None for s in seen) else [s.numpy() for s in seen]
+    return None if any(s is None for s in seen) else [s.numpy()[None] for s in seen]
+
+
+def recording(token_keep, out):
+    """token_keep that also appends each mask it returns to out."""
+    def keep(*args):
+        out.append(token_keep(*args))
+        return out[-1]
+    return keep
+
+
+@torch.no_grad()
+def observed_patterns(model, x, batch=100):
+    """[bool (B, T, T) per layer]: what each layer read on the rows x (B, T) of token ids: its fixed pattern,
+    or the keys the forward chose (MoBA's token_keep, any head reading a token counts), causal."""
+    T = x.size(1)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    chosen = {i: [] for i, b in enumerate(model.h) if b.attn.keys_seen(T) is None}
+    for i in chosen:  # an instance attribute over the method, deleted below
+        model.h[i].attn.token_keep = recording(model.h[i].attn.token_keep, chosen[i])
+    try:
+        for start in range(0, len(x), batch):
+            model(x[start:start + batch].long())
+    finally:
+        for i in chosen:
+            del model.h[i].attn.token_keep
+    return [(torch.cat(chosen[i]).any(dim=1) & causal).numpy() if i in chosen else b.attn.keys_seen(T).numpy()[None]
+            for i, b in enumerate(model.h)]
 
 
 def receptive_field(patterns):
-    """bool (T, T): token j can influence position i through the layers (each read plus the residual)."""
-    eye = np.eye(patterns[0].shape[0], dtype=bool)
-    field = eye
+    """bool (B, T, T): token j can influence position i through the layers (each read plus the residual);
+    B = 1 for fixed patterns (broadcast over rows)."""
+    eye = np.eye(patterns[0].shape[-1], dtype=bool)
+    field = eye[None]
     for seen in patterns:
-        field = ((seen | eye).astype(np.int64) @ field.astype(np.int64)) > 0
+        field = np.matmul((seen | eye).astype(np.float32), field.astype(np.float32)) > 0
     return field
+
+
+def read_split(folder, split, row_len):
+    """(tokens, targets), each (rows, row_len)."""
+    x = np.fromfile(os.path.join(folder, f"{split}.bin"), dtype=np.uint16).reshape(-1, row_len)
+    return x, np.fromfile(os.path.join(folder, f"{split}.targets.bin"), dtype=np.int32).reshape(-1, row_len)
 
 
 @functools.lru_cache(maxsize=8)   # the runs of one cell share their dataset's files
 def queries(folder, split, row_len):
-    """[(q, k_pos, v_pos, [(k_pos, v_pos) of the row's other queried pairs])] over the split's counted
+    """[(row, q, k_pos, v_pos, [(k_pos, v_pos) of the row's other queried pairs])] over the split's counted
     queries: k_pos the first earlier occurrence of the query's key, v_pos the only one of its answer."""
-    x = np.fromfile(os.path.join(folder, f"{split}.bin"), dtype=np.uint16).reshape(-1, row_len)
-    y = np.fromfile(os.path.join(folder, f"{split}.targets.bin"), dtype=np.int32).reshape(-1, row_len)
     out = []
-    for row, targets in zip(x, y):
-        places = np.flatnonzero(targets != -1)
+    for r, (row, targets) in enumerate(zip(*read_split(folder, split, row_len))):
         pairs = {}
-        for q in places:
+        for q in np.flatnonzero(targets != -1):
             k_pos = int(np.flatnonzero(row[:q] == row[q])[0])
             v_pos = int(np.flatnonzero(row == targets[q])[0])
             pairs[int(q)] = (k_pos, v_pos)
         for q, (k_pos, v_pos) in pairs.items():
-            out.append((q, k_pos, v_pos, [p for other, p in pairs.items() if other != q]))
+            out.append((r, q, k_pos, v_pos, [p for other, p in pairs.items() if other != q]))
     return out
 
 
-def reach(model, folder, row_len, pairs, split="test"):
-    """{"field", "direct", "ceiling"}: fractions of the split's queries (ceiling an accuracy), each None
-    when a layer's pattern depends on content."""
+def reach(model, folder, row_len, pairs, split="test", observe=False):
+    """{"field", "direct", "ceiling"}: fractions of the split's queries (ceiling an accuracy). Where a
+    layer's keys depend on content: each None, or with observe (a trained model) what its forward chose
+    on each row."""
     patterns = layer_patterns(model, row_len)
-    if patterns is None:
+    if patterns is None and not observe:
         return dict.fromkeys(("field", "direct", "ceiling"))
+    if patterns is None:
+        patterns = observed_patterns(model, torch.from_numpy(read_split(folder, split, row_len)[0].astype(np.int64)))
     field, last = receptive_field(patterns), patterns[-1]
     direct = in_field = ceiling = 0.0
     rows = queries(folder, split, row_len)
-    for q, k_pos, v_pos, others in rows:
-        if field[q, k_pos] and field[q, v_pos]:
-            direct += bool(last[q, v_pos])
+    for r, q, k_pos, v_pos, others in rows:
+        f, seen_last = field[r if len(field) > 1 else 0], last[r if len(last) > 1 else 0]
+        if f[q, k_pos] and f[q, v_pos]:
+            direct += bool(seen_last[q, v_pos])
             in_field += 1
             ceiling += 1
         else:
-            seen = sum(bool(field[q, k] and field[q, v]) for k, v in others)
+            seen = sum(bool(f[q, k] and f[q, v]) for k, v in others)
             ceiling += 1 / (pairs - seen)
     n = len(rows)
     return {"direct": direct / n, "field": in_field / n, "ceiling": ceiling / n}

@@ -20,6 +20,9 @@ meta.json instead, so runs of several sessions combine. Per group:
             both have: mean and 95% t interval (tools.stats; at least 2 shared seeds)
   bytes     what the variant keeps per sequence after one row: its cache in bf16
             (GPT.cache_elems_per_seq at the row length) plus its constant state in fp32
+  reach     tools/reach.py's counts over the test rows, for the configs whose pattern leaves some
+            query's pair out (field / direct read / accuracy ceiling); MoBA's from the blocks its
+            trained forward chose (a run with its checkpoint), averaged over seeds
 A chance row per cell: guessing uniformly among the row's values, computed from the dataset's files
 (1/P in Zoology's layout, where no answer is ever in the input). recall.md (one table per width),
 recall.json (one object per group) and recall.png (accuracy against bytes kept, one panel per cell,
@@ -48,7 +51,8 @@ def run_row(run_dir):
     run = Run(run_dir)
     summary = run.results
     settings = summary.get("settings") or {}
-    if os.path.isfile(run.checkpoint_path()):
+    trained = os.path.isfile(run.checkpoint_path())
+    if trained:
         (model, _), meta = run.load_model("cpu"), run.meta
     else:
         model, meta = kept_model(summary, run_dir)
@@ -64,7 +68,9 @@ def run_row(run_dir):
             "metric": key, "steps": summary.get("target_reached_iter"),
             "bytes": model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4,
             "params": model.num_params(), "data": data,
-            "reach": reach.reach(model, data, row_len, mqar["num_pairs"]) if has_split(data, "test") else None}
+            # a trained model's content-chosen blocks (MoBA) as its forward chose them on the test rows
+            "reach": reach.reach(model, data, row_len, mqar["num_pairs"], observe=trained)
+            if has_split(data, "test") else None}
 
 
 def kept_model(summary, run_dir):
@@ -133,7 +139,7 @@ def group_rows(rows, solved=SOLVED):
                     "steps": statistics.median(steps) if steps else None, "reached": len(steps),
                     "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
                     "metric": sorted({r["metric"] for r in runs}), "bytes_per_seq": runs[0]["bytes"],
-                    "params": runs[0]["params"], "reach": runs[0]["reach"]})
+                    "params": runs[0]["params"], "reach": mean_reach([r["reach"] for r in runs])})
     return out
 
 
@@ -161,6 +167,15 @@ def cell(g):
     if g["delta"] is not None:
         text += f"; Δ {stats.fmt_delta(g['delta'], g['delta_ci95'], 3)}"
     return text
+
+
+def mean_reach(reaches):
+    """The seeds' reach averaged (a fixed pattern's is the same for every seed; MoBA's, observed, is not);
+    content-chosen (None values) when any seed has no observation; None without files."""
+    known = [r for r in reaches if r is not None]
+    if not known or any(r["field"] is None for r in known):
+        return known[0] if known else None
+    return {k: statistics.fmean(r[k] for r in known) for k in known[0]}
 
 
 def reach_cell(r):
