@@ -225,3 +225,19 @@ def test_restore_of_a_study_never_stored_is_one_line_and_exit_2(capsys):
         store.main(["sweeps/nothing", "no-such-study", "--restore"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "holds no stored run" in err[0]
+
+
+def test_the_tuning_grid_marks_the_rate_the_plan_chose_and_the_probe_running(tmp_path):
+    folder = tmp_path / "docs/results/recall/tune-w64-t64-p4"
+    accs = {("mha4", 0.001): 0.97, ("mha4", 0.003): 0.99, ("gla", 0.001): 0.30}
+    for (config, lr), acc in accs.items():
+        d = folder / "lr" / f"{config}-lr{lr}-s1"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"attention": config.rstrip("4"), "learning_rate": lr,
+                                                    "best_val_acc": acc, "finished": True}))
+    lines = mqar.tune_status(str(tmp_path))
+    assert lines[2:] == ["| mha4 | 0.970 | 0.990 |", "| gla | 0.300 | (running) |"]
+    (folder / "plan.json").write_text(json.dumps({"inputs": {}, "configs": {
+        "mha4": {"overrides": [], "learning_rate": 0.003}, "gla": {"overrides": [], "learning_rate": 0.001}}}))
+    assert mqar.tune_status(str(tmp_path))[2:] == ["| mha4 | 0.970 | 0.990 (chosen) |",
+                                                   "| gla | 0.300 (chosen) | (running) |"]

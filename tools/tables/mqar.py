@@ -65,14 +65,19 @@ def anchor_seeds(root):
 
 
 def tune_status(root):
-    """The tuning grid so far (docs/results/recall/tune-w64-t64-p4): best val accuracy per config and rate.
-    The grid runs each config's rates in turn, so a config with some rates missing is running the first
-    missing one."""
-    probes = lr_runs(os.path.join(results_dir(root, "recall"), "tune-w64-t64-p4"))
+    """The tuning grid (docs/results/recall/tune-w64-t64-p4): best val accuracy per config and rate, the
+    rate the sweep chose marked once its plan.json is stored. The grid runs each config's rates in turn,
+    so a config with some rates missing is running the first missing one."""
+    folder = os.path.join(results_dir(root, "recall"), "tune-w64-t64-p4")
+    probes = lr_runs(folder)
+    plan_path = os.path.join(folder, "plan.json")   # the sweep writes it once every probe has run
+    chosen = ({c: v["learning_rate"] for c, v in compare.read_plan(plan_path)["configs"].items()}
+              if os.path.isfile(plan_path) else {})
     grid = sorted({lr for runs in probes.values() for lr in runs})   # every rate some family has run
     rows = []
     for config, runs in probes.items():
-        cells = [f"{runs[lr]['best_val_acc']:.3f}" if lr in runs else "" for lr in grid]
+        cells = [f"{runs[lr]['best_val_acc']:.3f}" + (" (chosen)" if chosen.get(config) == lr else "")
+                 if lr in runs else "" for lr in grid]
         if "" in cells:
             cells[cells.index("")] = "(running)"
         rows.append([config, *cells])
