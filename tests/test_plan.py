@@ -232,3 +232,16 @@ def test_a_variants_own_key_shared_by_several_configs_reaches_only_its_owners():
     mha = build_planned_model("config/mha.py", shared, opts)
     assert bigbird.config.sparse_block == 64 and bigbird.config.block_size == 256
     assert mha.config.sparse_block == GPTConfig.sparse_block and mha.config.block_size == 256
+
+
+STUDY_CONFIGS = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "config/*/*.py")))
+
+
+@pytest.mark.parametrize("path", STUDY_CONFIGS)
+def test_every_study_config_parses_and_builds(path):
+    """The configs the studies run (config/<study>/*.py, includes and all) give a model: a typo in one
+    would otherwise surface hours into a sweep."""
+    cfg = parse_keys([os.path.join(ROOT, path)])
+    with torch.device("meta"):
+        model = GPT(GPTConfig(vocab_size=512, **{k: cfg[k] for k in MODEL_KEYS}))
+    assert model.num_params() > 0 and len(model.config.attention_plan) == cfg["n_layer"]
