@@ -15,8 +15,10 @@ Counted over the split's queries:
            else 1 / (P - m) with m the other pairs in its field (at best it knows the row's P values
            and rules out the m it sees bound to other keys)
 
-Patterns are read from the built model (random weights: patterns do not depend on them; BigBird's
-layout comes from sparse_seed), so a config file or a trained run's model gives the same answer.
+Fixed patterns are read from the built model (random weights: they do not depend on them; BigBird's
+layout comes from sparse_seed), so a config file or a trained run's model gives the same answer. A
+content-chosen layer (MoBA) is known only from a trained model's forward on the rows themselves:
+reach(..., observe=True), which tools.recall uses for runs that still have their checkpoint.
 """
 import functools
 import json
