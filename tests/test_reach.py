@@ -53,18 +53,15 @@ def test_receptive_field_is_where_gradients_reach(attention, n_layer, keys):
 
 
 def test_moba_has_no_fixed_pattern_and_its_chosen_one_is_where_gradients_reach():
-    """MoBA's choice carries no gradient, so the gradients reach exactly the field of the blocks chosen."""
+    """MoBA's choice carries no gradient, so on each row the gradients reach exactly the field of the
+    blocks chosen there; two rows observed one per batch, each against its own gradients."""
     model = tiny("moba", sparse_block=4, moba_topk=1)
     assert reach.layer_patterns(model, T) is None
-    field = reach.receptive_field(reach.observed_patterns(model, ROW))[0]
-    assert (field == gradient_support(model)).all() and not (field == np.tri(T, dtype=bool)).all()
-
-
-def test_moba_reading_every_block_reaches_every_pair(tmp_path):
-    write_rows(tmp_path / "d", [([1, 17, 2, 18] + [30] * 8 + [2, 30, 1, 30], {12: 18, 14: 17})])
-    model = tiny("moba", sparse_block=4, moba_topk=3)
-    assert reach.reach(model, str(tmp_path / "d"), T, pairs=2) == dict.fromkeys(("field", "direct", "ceiling"))
-    assert reach.reach(model, str(tmp_path / "d"), T, pairs=2, observe=True) == {"field": 1, "direct": 1, "ceiling": 1}
+    rows = torch.cat([ROW, torch.randint(0, 32, (1, T), generator=torch.Generator().manual_seed(2))])
+    fields = reach.receptive_field(reach.observed_patterns(model, rows, batch=1))
+    for field, row in zip(fields, rows):
+        assert (field == gradient_support(model, row[None])).all() and not (field == np.tri(T, dtype=bool)).all()
+    assert not (fields[0] == fields[1]).all()   # content chose differently on the two rows
 
 
 def write_rows(folder, rows):
@@ -82,22 +79,29 @@ def write_rows(folder, rows):
 
 
 def test_counts_over_rows_written_by_hand(tmp_path):
-    # keys 1, 2 with values 17, 18 at positions 0-3; filler 30. Window 3, 2 layers: a token reads
-    # itself and 2 back, so the field of q reaches q-4; the last layer alone q-2.
+    # keys 1, 2 with values 17, 18 at positions 0-3; filler 30; values come from [16, 32). Window 3,
+    # 2 layers: a token reads itself and 2 back, so the field of q is q-4..q, the last layer alone q-2..q.
     f = 30
     rows = [
-        # query key 2 at 5: k at 2, v at 3 -> in the field (5-2 = 3 <= 4), read directly (5-3 = 2)
-        # query key 1 at 9: k at 0 -> outside; pair 2 (k 2, v 3) outside too: ceiling 1/2
+        # q 5 asks key 2 (k 2, v 3): in the field, read directly (5-3 = 2): 1
+        # q 9 asks key 1 (k 0, v 1): the value is outside; the field holds the value-range token 30 only: 1/15
         ([1, 17, 2, 18, f, 2, f, f, f, 1, f, f, f, f, f, f], {5: 18, 9: 17}),
-        # query key 1 at 4: k at 0, v at 1 -> in the field (4-0 = 4), not direct (4-1 = 3 > 2)
-        # query key 2 at 6: k at 2, v at 3 -> in the field (6-2 = 4), not direct (6-3 = 3)
+        # q 4 asks key 1 (k 0, v 1): in the field (4-0 = 4), not read directly (4-1 = 3 > 2): 1
+        # q 6 asks key 2 (k 2, v 3): in the field, not read directly: 1
         ([1, 17, 2, 18, 1, f, 2, f, f, f, f, f, f, f, f, f], {4: 17, 6: 18}),
+        # q 5 asks key 1: sees v 1 (pos 1) but not k 1 (pos 0); it sees k 2, so 17 is the only value whose
+        # key it does not see: 1. q 14 asks key 2: sees 30 and its own key only: 1/15
+        ([1, 17, 2, 18, f, 1, f, f, f, f, f, f, f, f, 2, f], {5: 17, 14: 18}),
     ]
     write_rows(tmp_path / "d", rows)
-    got = reach.reach(tiny("swa", sliding_window=3), str(tmp_path / "d"), T, pairs=2)
-    assert got == pytest.approx({"field": 3 / 4, "direct": 1 / 4, "ceiling": (1 + 0.5 + 1 + 1) / 4})
+    got = reach.reach(tiny("swa", sliding_window=3), str(tmp_path / "d"), T)
+    assert got == pytest.approx({"field": 3 / 6, "direct": 1 / 6, "ceiling": (4 + 2 / 15) / 6})
     # the same rows under causal attention: everything in reach
-    assert reach.reach(tiny("mha"), str(tmp_path / "d"), T, pairs=2) == {"field": 1, "direct": 1, "ceiling": 1}
+    assert reach.reach(tiny("mha"), str(tmp_path / "d"), T) == {"field": 1, "direct": 1, "ceiling": 1}
+    # a content-chosen layer: nothing to count before training; observed, MoBA reading every block reaches all
+    moba = tiny("moba", sparse_block=4, moba_topk=3)
+    assert reach.reach(moba, str(tmp_path / "d"), T) == dict.fromkeys(("field", "direct", "ceiling"))
+    assert reach.reach(moba, str(tmp_path / "d"), T, observe=True) == {"field": 1, "direct": 1, "ceiling": 1}
 
 
 def test_cli_refuses_a_folder_without_mqar_in_one_line(tmp_path):

@@ -51,14 +51,18 @@ def study(tmp_path_factory):
 
 
 def kept(run_dirs, root):
-    """Copies of the run folders as docs/results keeps them: summary.json and test_eval.json, no checkpoint."""
+    """Copies of the run folders as docs/results keeps them: summary.json and test_eval.json, no checkpoint;
+    the settings hold a key of a variant these runs do not use away from today's default, as runs saved
+    before a default changed do (delta_chunk was 64)."""
     out = []
     for d in run_dirs:
         copy = root / d.parent.name / d.name
         copy.mkdir(parents=True)
-        for name in ("summary.json", "test_eval.json"):
-            if (d / name).exists():
-                shutil.copy(d / name, copy / name)
+        if (d / "test_eval.json").exists():
+            shutil.copy(d / "test_eval.json", copy / "test_eval.json")
+        summary = json.loads((d / "summary.json").read_text())
+        summary["settings"]["delta_chunk"] = 64
+        (copy / "summary.json").write_text(json.dumps(summary))
         out.append(copy)
     return out
 

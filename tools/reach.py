@@ -11,14 +11,18 @@ Counted over the split's queries:
            the residual path): without it no weights can answer, whatever the circuit
   direct   in the field, and the last layer reads v_pos from q itself: the two-layer recall circuit
            (layer 1 binds k to v at v_pos, layer 2 looks k up from q) needs this
-  ceiling  the most accuracy any model with these patterns can have: 1 for a query in the field,
-           else 1 / (P - m) with m the other pairs in its field (at best it knows the row's P values
-           and rules out the m it sees bound to other keys)
+  ceiling  the most accuracy any model with these patterns can have, the best guess from what the
+           field holds: 1 in the field; with the value in the field but not the key, 1 / (the pairs
+           whose value it sees and whose key it does not: it can rule out those whose key it sees);
+           with the value outside, 1 / (the value range less the value-range tokens it sees, filler
+           included: filler is never a value of the row)
 
 Fixed patterns are read from the built model (random weights: they do not depend on them; BigBird's
 layout comes from sparse_seed), so a config file or a trained run's model gives the same answer. A
 content-chosen layer (MoBA) is known only from a trained model's forward on the rows themselves:
-reach(..., observe=True), which tools.recall uses for runs that still have their checkpoint.
+reach(..., observe=True), which tools.recall uses for runs that still have their checkpoint. There
+the field is the tokens its chosen blocks let it attend to; the choice itself (q . mean(k) over every
+earlier block) also carries information, so for MoBA it is not a bound on what can be answered.
 """
 import functools
 import json
@@ -55,14 +59,17 @@ def observed_patterns(model, x, batch=100):
     T = x.size(1)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     chosen = {i: [] for i, b in enumerate(model.h) if b.attn.keys_seen(T) is None}
-    for i in chosen:  # an instance attribute over the method, deleted below
-        model.h[i].attn.token_keep = recording(model.h[i].attn.token_keep, chosen[i])
+    impls = {i: model.h[i].attn.attn_impl for i in chosen}
+    for i in chosen:  # an instance attribute over the method, deleted below; naive: the path that masks
+        model.h[i].attn.token_keep = recording(model.h[i].attn.token_keep, chosen[i])   # by token_keep at
+        model.h[i].attn.attn_impl = "naive"                                             # any length
     try:
         for start in range(0, len(x), batch):
             model(x[start:start + batch].long())
     finally:
         for i in chosen:
             del model.h[i].attn.token_keep
+            model.h[i].attn.attn_impl = impls[i]
     return [(torch.cat(chosen[i]).any(dim=1) & causal).numpy() if i in chosen else b.attn.keys_seen(T).numpy()[None]
             for i, b in enumerate(model.h)]
 
@@ -85,8 +92,9 @@ def read_split(folder, split, row_len):
 
 @functools.lru_cache(maxsize=8)   # the runs of one cell share their dataset's files
 def queries(folder, split, row_len):
-    """[(row, q, k_pos, v_pos, [(k_pos, v_pos) of the row's other queried pairs])] over the split's counted
-    queries: k_pos the first earlier occurrence of the query's key, v_pos the only one of its answer."""
+    """[(row, q, k_pos, v_pos, [(k_pos, v_pos) of every pair of the row])] over the split's counted
+    queries: k_pos the first earlier occurrence of the query's key, v_pos the only one of its answer
+    (prepare.py asks every pair once, so the row's queries give all its pairs)."""
     out = []
     for r, (row, targets) in enumerate(zip(*read_split(folder, split, row_len))):
         pairs = {}
@@ -94,12 +102,21 @@ def queries(folder, split, row_len):
             k_pos = int(np.flatnonzero(row[:q] == row[q])[0])
             v_pos = int(np.flatnonzero(row == targets[q])[0])
             pairs[int(q)] = (k_pos, v_pos)
-        for q, (k_pos, v_pos) in pairs.items():
-            out.append((r, q, k_pos, v_pos, [p for other, p in pairs.items() if other != q]))
+        out += [(r, q, k_pos, v_pos, list(pairs.values())) for q, (k_pos, v_pos) in pairs.items()]
     return out
 
 
-def reach(model, folder, row_len, pairs, split="test", observe=False):
+def best_guess(sees, k_pos, v_pos, row_pairs, row, vocab_size):
+    """The accuracy of the best guess of a query that sees the positions `sees` (bool (T,)) of `row`."""
+    if sees[k_pos] and sees[v_pos]:
+        return 1.0
+    if sees[v_pos]:   # among the values it sees whose key it does not (its own among them)
+        return 1 / sum(bool(sees[v] and not sees[k]) for k, v in row_pairs)
+    half = vocab_size // 2   # values come from [V/2, V); any such token it sees is not the answer
+    return 1 / (vocab_size - half - len(set(row[sees & (row >= half)].tolist())))
+
+
+def reach(model, folder, row_len, split="test", observe=False):
     """{"field", "direct", "ceiling"}: fractions of the split's queries (ceiling an accuracy). Where a
     layer's keys depend on content: each None, or with observe (a trained model) what its forward chose
     on each row."""
@@ -109,17 +126,15 @@ def reach(model, folder, row_len, pairs, split="test", observe=False):
     if patterns is None:
         patterns = observed_patterns(model, torch.from_numpy(read_split(folder, split, row_len)[0].astype(np.int64)))
     field, last = receptive_field(patterns), patterns[-1]
+    tokens = read_split(folder, split, row_len)[0]
     direct = in_field = ceiling = 0.0
     rows = queries(folder, split, row_len)
-    for r, q, k_pos, v_pos, others in rows:
-        f, seen_last = field[r if len(field) > 1 else 0], last[r if len(last) > 1 else 0]
-        if f[q, k_pos] and f[q, v_pos]:
-            direct += bool(seen_last[q, v_pos])
+    for r, q, k_pos, v_pos, row_pairs in rows:
+        sees, seen_last = field[r if len(field) > 1 else 0][q], last[r if len(last) > 1 else 0][q]
+        if sees[k_pos] and sees[v_pos]:
+            direct += bool(seen_last[v_pos])
             in_field += 1
-            ceiling += 1
-        else:
-            seen = sum(bool(f[q, k] and f[q, v]) for k, v in others)
-            ceiling += 1 / (pairs - seen)
+        ceiling += best_guess(sees, k_pos, v_pos, row_pairs, tokens[r], model.config.vocab_size)
     n = len(rows)
     return {"direct": direct / n, "field": in_field / n, "ceiling": ceiling / n}
 
@@ -147,7 +162,7 @@ def main(argv=None):
                 model = config_model(path, [*overrides, f"--block_size={row_len}"], meta["vocab_size"])
             except (ConfigError, ValueError) as e:
                 fail(f"{path}: {e}")
-            r = reach(model, folder, row_len, pairs, args.split)
+            r = reach(model, folder, row_len, args.split)
             name = os.path.splitext(os.path.basename(path))[0]
             rows.append({"config": name, "data": folder, "row_len": row_len, "pairs": pairs, **r})
             cells = (["content-chosen: no fixed pattern", "-", "-"] if r["field"] is None

@@ -41,7 +41,6 @@ from tools.scorecard import check_out, write_outputs
 from trainer.checkpoint import CheckpointError
 from trainer.cli import OneLineParser, fail
 from trainer.rundir import Run, RunError
-from trainer.settings import MODEL_KEYS
 
 SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)
 
@@ -69,7 +68,7 @@ def run_row(run_dir):
             "bytes": model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4,
             "params": model.num_params(), "data": data,
             # a trained model's content-chosen blocks (MoBA) as its forward chose them on the test rows
-            "reach": reach.reach(model, data, row_len, mqar["num_pairs"], observe=trained)
+            "reach": reach.reach(model, data, row_len, observe=trained)
             if has_split(data, "test") else None}
 
 
@@ -77,9 +76,11 @@ def kept_model(summary, run_dir):
     """(model with random weights, the dataset's meta.json) of a run kept without checkpoints (its
     summary.json and test_eval.json, as tools.tables.store keeps them in docs/results): the model from
     summary.json's settings (its patterns and formulas are all this needs), the meta from the
-    dataset's folder, which data/mqar/prepare.py writes again alike from the same flags. Its
-    parameter count must be the summary's: a settings key this code no longer reads the same way
-    would otherwise give another model's bytes."""
+    dataset's folder, which data/mqar/prepare.py writes again alike from the same flags. The settings
+    hold every key's value as the run used it (a window, a block pattern, its seed), read as a
+    checkpoint's are (GPTConfig.from_dict); the parameter count must be the summary's, so that a key
+    this code no longer reads the same way cannot give another model's bytes unnoticed. (FLOPs are no
+    such check: their formula has changed since some runs.)"""
     settings = summary.get("settings") or {}
     meta_path = os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "", "meta.json")
     if not os.path.isfile(meta_path):
@@ -88,7 +89,7 @@ def kept_model(summary, run_dir):
     with open(meta_path) as f:
         meta = json.load(f)
     # built on the CPU, not the meta device: BigBird draws its layout (from sparse_seed) only there
-    model = GPT(GPTConfig(vocab_size=meta["vocab_size"], **{k: v for k, v in settings.items() if k in MODEL_KEYS}))
+    model = GPT(GPTConfig.from_dict({**settings, "vocab_size": meta["vocab_size"]}))   # as a checkpoint loads
     if model.num_params() != summary.get("params"):
         raise RunError(f"{run_dir}: the model of its settings has {model.num_params():,} parameters, its summary.json "
                        f"{summary.get('params')}; give the run folder with its checkpoint")
@@ -173,8 +174,9 @@ def mean_reach(reaches):
     """The seeds' reach averaged (a fixed pattern's is the same for every seed; MoBA's, observed, is not);
     content-chosen (None values) when any seed has no observation; None without files."""
     known = [r for r in reaches if r is not None]
-    if not known or any(r["field"] is None for r in known):
-        return known[0] if known else None
+    unobserved = [r for r in known if r["field"] is None]
+    if not known or unobserved:
+        return unobserved[0] if unobserved else None
     return {k: statistics.fmean(r[k] for r in known) for k in known[0]}
 
 
