@@ -203,11 +203,13 @@ def test_the_reach_table_keeps_the_configs_a_pattern_limits(tmp_path):
 def test_a_stored_sweep_restores_into_a_fresh_folder_without_touching_what_is_there(tmp_path):
     """store() keeps the runs and the lr/ probes; restore() copies back those the sweep folder lacks,
     byte for byte, and leaves a run the folder already has as it is."""
-    fake_sweep(tmp_path / "sweep", {"mha-s1": (1.80, 1.90), "gla-s1": (1.85, 1.95)})
+    fake_sweep(tmp_path / "sweep", {"mha-s1": (1.80, 1.90), "gla-s1": (1.85, 1.95), "mla-s1": (1.9, 2.0)})
     fake_sweep(tmp_path / "sweep" / "lr", {"mha-lr0.001-s1": (1.7, 1.8)})
+    training = tmp_path / "sweep" / "mla-s1" / "summary.json"   # a run still training: not a result
+    training.write_text(json.dumps({**json.loads(training.read_text()), "finished": False}))
     (tmp_path / "docs").mkdir()
     written = store.store(str(tmp_path / "sweep"), "s", root=str(tmp_path))
-    assert len(written) == 3 * 3 + 1
+    assert len(written) == 3 * 3 + 1 and not any("mla-s1" in p for p in written)
     fresh = tmp_path / "fresh"
     (fresh / "gla-s1").mkdir(parents=True)
     (fresh / "gla-s1" / "summary.json").write_text("{}")

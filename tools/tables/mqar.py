@@ -64,6 +64,13 @@ def anchor_seeds(root):
                     rows)
 
 
+def probe_cell(summary):
+    """A probe's best val accuracy, and the step it reached stop_val_acc where it did."""
+    reached = summary.get("target_reached_iter")
+    return f"{summary['best_val_acc']:.3f}" + (f", {summary['stop_val_acc']:g} at step {reached:,}"
+                                                if reached is not None else "")
+
+
 def tune_status(root):
     """The tuning grid (docs/results/recall/tune-w64-t64-p4): best val accuracy per config and rate, the
     rate the sweep chose marked once its plan.json is stored. The grid runs each config's rates in turn,
@@ -76,8 +83,8 @@ def tune_status(root):
     grid = sorted({lr for runs in probes.values() for lr in runs})   # every rate some family has run
     rows = []
     for config, runs in probes.items():
-        cells = [f"{runs[lr]['best_val_acc']:.3f}" + (" (chosen)" if chosen.get(config) == lr else "")
-                 if lr in runs else "" for lr in grid]
+        cells = [probe_cell(runs[lr]) + (" (chosen)" if chosen.get(config) == lr else "") if lr in runs else ""
+                 for lr in grid]
         if "" in cells:
             cells[cells.index("")] = "(running)"
         rows.append([config, *cells])

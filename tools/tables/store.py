@@ -3,8 +3,8 @@
     python -m tools.tables.store sweeps/cache256 cache256
     python -m tools.tables.store sweeps/sparse512 sparse512-window sweeps/sparse512/eval_window.json --runs=mha
 
-Copies each run folder's summary.json, log.jsonl and test_eval.json (never checkpoints; the runs and
-the learning-rate probes under lr/ alike), the sweep's plan.json and any further files named
+Copies each finished run's summary.json, log.jsonl and test_eval.json (never checkpoints; the runs
+and the learning-rate probes under lr/ alike), the sweep's plan.json and any further files named
 (evaluation JSON); each file is written to a temporary name and renamed. --runs keeps the runs of these
 configs only.
 
@@ -22,7 +22,7 @@ from tools.compare import config_name
 from tools.tables.source import HERE, results_dir
 from trainer.checkpoint import WriteError
 from trainer.cli import OneLineParser, fail
-from trainer.rundir import LOG, SUMMARY, TEST_EVAL, write_text_atomic
+from trainer.rundir import LOG, SUMMARY, TEST_EVAL, Run, write_text_atomic
 
 
 def copy(src, dst):
@@ -33,10 +33,11 @@ def copy(src, dst):
 
 
 def run_folders(folder):
-    """The run folders under folder with a summary.json, relative to it: <config>-s<seed> and the
-    learning-rate probes lr/<config>-lr<rate>-s<seed>."""
+    """The finished runs under folder (summary.json says so; a run still training writes one too),
+    relative to it: <config>-s<seed> and the learning-rate probes lr/<config>-lr<rate>-s<seed>."""
     found = glob.glob(os.path.join(folder, "*-s*")) + glob.glob(os.path.join(folder, "lr", "*-s*"))
-    return sorted(os.path.relpath(d, folder) for d in found if os.path.isfile(os.path.join(d, SUMMARY)))
+    return sorted(os.path.relpath(d, folder) for d in found
+                  if os.path.isfile(os.path.join(d, SUMMARY)) and Run(d).summary.get("finished"))
 
 
 def copy_runs(src, dst, runs):
