@@ -58,7 +58,8 @@ def observed_patterns(model, x, batch=100):
     or the keys the forward chose (MoBA's token_keep, any head reading a token counts), causal."""
     T = x.size(1)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    chosen = {i: [] for i, b in enumerate(model.h) if b.attn.keys_seen(T) is None}
+    fixed = [b.attn.keys_seen(T) for b in model.h]
+    chosen = {i: [] for i, seen in enumerate(fixed) if seen is None}
     impls = {i: model.h[i].attn.attn_impl for i in chosen}
     for i in chosen:  # an instance attribute over the method, deleted below; naive: the path that masks
         model.h[i].attn.token_keep = recording(model.h[i].attn.token_keep, chosen[i])   # by token_keep at
@@ -70,8 +71,8 @@ def observed_patterns(model, x, batch=100):
         for i in chosen:
             del model.h[i].attn.token_keep
             model.h[i].attn.attn_impl = impls[i]
-    return [(torch.cat(chosen[i]).any(dim=1) & causal).numpy() if i in chosen else b.attn.keys_seen(T).numpy()[None]
-            for i, b in enumerate(model.h)]
+    return [(torch.cat(chosen[i]).any(dim=1) & causal).numpy() if seen is None else seen.numpy()[None]
+            for i, seen in enumerate(fixed)]
 
 
 def receptive_field(patterns):
@@ -123,10 +124,10 @@ def reach(model, folder, row_len, split="test", observe=False):
     patterns = layer_patterns(model, row_len)
     if patterns is None and not observe:
         return dict.fromkeys(("field", "direct", "ceiling"))
-    if patterns is None:
-        patterns = observed_patterns(model, torch.from_numpy(read_split(folder, split, row_len)[0].astype(np.int64)))
-    field, last = receptive_field(patterns), patterns[-1]
     tokens = read_split(folder, split, row_len)[0]
+    if patterns is None:
+        patterns = observed_patterns(model, torch.from_numpy(tokens.astype(np.int64)))
+    field, last = receptive_field(patterns), patterns[-1]
     direct = in_field = ceiling = 0.0
     rows = queries(folder, split, row_len)
     for r, q, k_pos, v_pos, row_pairs in rows:

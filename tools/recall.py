@@ -50,18 +50,18 @@ def run_row(run_dir):
     run = Run(run_dir)
     summary = run.results
     settings = summary.get("settings") or {}
+    data = os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "")   # the dataset's folder
     trained = os.path.isfile(run.checkpoint_path())
     if trained:
         (model, _), meta = run.load_model("cpu"), run.meta
     else:
-        model, meta = kept_model(summary, run_dir)
+        model, meta = kept_model(summary, data, run_dir)
     mqar = meta.get("mqar")
     if not mqar:
         raise RunError(f"{run_dir} was not trained on an MQAR dataset (no mqar record in its meta.json); "
                        "give runs of data/mqar/prepare.py datasets")
     key = "test_acc" if summary.get("test_acc") is not None else "best_val_acc"
     row_len = model.config.block_size
-    data = os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "")
     return {"config": compare.config_name(run.name), "width": model.config.n_embd,
             "cell": (row_len, mqar["num_pairs"]), "seed": summary.get("seed"), "acc": summary.get(key),
             "metric": key, "steps": summary.get("target_reached_iter"),
@@ -72,24 +72,24 @@ def run_row(run_dir):
             if has_split(data, "test") else None}
 
 
-def kept_model(summary, run_dir):
+def kept_model(summary, data, run_dir):
     """(model with random weights, the dataset's meta.json) of a run kept without checkpoints (its
     summary.json and test_eval.json, as tools.tables.store keeps them in docs/results): the model from
-    summary.json's settings (its patterns and formulas are all this needs), the meta from the
-    dataset's folder, which data/mqar/prepare.py writes again alike from the same flags. The settings
+    summary.json's settings (its patterns and formulas are all this needs), the meta from the dataset's
+    folder `data`, which data/mqar/prepare.py writes again alike from the same flags. The settings
     hold every key's value as the run used it (a window, a block pattern, its seed), read as a
     checkpoint's are (GPTConfig.from_dict); the parameter count must be the summary's, so that a key
     this code no longer reads the same way cannot give another model's bytes unnoticed. (FLOPs are no
     such check: their formula has changed since some runs.)"""
-    settings = summary.get("settings") or {}
-    meta_path = os.path.join(settings.get("data_dir", "data"), summary.get("dataset") or "", "meta.json")
+    meta_path = os.path.join(data, "meta.json")
     if not os.path.isfile(meta_path):
         raise RunError(f"{run_dir} has no checkpoint and its dataset's {meta_path} is missing: prepare the "
                        "dataset again (data/mqar/prepare.py, the command in docs/recall.md)")
     with open(meta_path) as f:
         meta = json.load(f)
-    # built on the CPU, not the meta device: BigBird draws its layout (from sparse_seed) only there
-    model = GPT(GPTConfig.from_dict({**settings, "vocab_size": meta["vocab_size"]}))   # as a checkpoint loads
+    # read as a checkpoint's config is; built on the CPU, not the meta device: BigBird draws its layout
+    # (from sparse_seed) only there
+    model = GPT(GPTConfig.from_dict({**(summary.get("settings") or {}), "vocab_size": meta["vocab_size"]}))
     if model.num_params() != summary.get("params"):
         raise RunError(f"{run_dir}: the model of its settings has {model.num_params():,} parameters, its summary.json "
                        f"{summary.get('params')}; give the run folder with its checkpoint")
