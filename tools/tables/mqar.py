@@ -103,6 +103,35 @@ def reach(root):
                     [[c, *(recall.reach_cell(by[(c, *k)]) for k in cells)] for c in configs])
 
 
+def study_cell(g):
+    """One config in one cell of the study: accuracy [interval] (seeds), solved k/n, median step to stop_val_acc."""
+    if g is None or g["acc"] is None:
+        return "-"
+    if g["config"] == "chance":
+        return f"{g['acc']:.3f}"
+    lo, hi = g["acc_interval"]
+    text = f"{g['acc']:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if g["n"] > 1 else "") + f"; {g['solved']}/{g['n']}"
+    return text + (f"; step {g['steps']:,.0f}" if g["steps"] is not None else "")
+
+
+def study_table(root, width):
+    """The recall study at one width (docs/results/recall/study/recall.json, tools.recall's groups): a row
+    per config in the order tools.recall was given them, a column per cell, the chance row last."""
+    with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
+        groups = json.load(f)
+    cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
+    mine = [g for g in groups if g["width"] == width]
+    by = {(g["config"], g["row_len"], g["pairs"]): g for g in mine}
+    chance = {(g["row_len"], g["pairs"]): g for g in groups if g["config"] == "chance"}
+    rows = []
+    for config in dict.fromkeys(g["config"] for g in mine):
+        first = next(g for g in mine if g["config"] == config)
+        rows.append([config, f"{first['params']:,}", f"{first['bytes_per_seq']:,}",
+                     *(study_cell(by.get((config, *k))) for k in cells)])
+    rows.append(["chance (from the files)", "-", "0", *(study_cell(chance.get(k)) for k in cells)])
+    return md_table(["config", "params", "bytes kept / sequence", *(f"{t} tokens, {p} pairs" for t, p in cells)], rows)
+
+
 def mqar_layout(root):
     """Binding-free strategies on the old files and on Zoology's layout, against chance 1/P."""
     return md_table(["rows", "pairs", "strategy (binding-free)", "old files", "Zoology's layout (now)", "chance 1/P"],
@@ -117,4 +146,6 @@ TABLES = {
     "recall-anchor-seeds": anchor_seeds,
     "recall-tune-status": tune_status,
     "recall-reach": reach,
+    "recall-study-w64": lambda root: study_table(root, 64),
+    "recall-study-w128": lambda root: study_table(root, 128),
 }
