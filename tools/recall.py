@@ -204,23 +204,31 @@ def reach_table(configs, mine, cells):
                for c in short] + [""])
 
 
+def width_rows(groups, chance, width, cells, fmt=cell):
+    """The rows of one width's table: [config, params, bytes kept, fmt(group) per cell] per config in
+    order of appearance, the chance row last (fmt(None) where a config lacks a cell)."""
+    mine = {(g["config"], g["row_len"], g["pairs"]): g for g in groups if g["width"] == width}
+    by_cell = {(g["row_len"], g["pairs"]): g for g in chance}
+    rows = []
+    for c in dict.fromkeys(g["config"] for g in groups if g["width"] == width):
+        first = next(g for g in mine.values() if g["config"] == c)
+        rows.append([c, f"{first['params']:,}", f"{first['bytes_per_seq']:,}",
+                     *(fmt(mine.get((c, t, p))) for t, p in cells)])
+    return rows + [["chance (from the files)", "-", "0", *(fmt(by_cell.get(k)) for k in cells)]]
+
+
 def markdown(groups, chance, solved=SOLVED):
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
     lines = []
     for width in sorted({g["width"] for g in groups}):
-        mine = {(g["config"], g["row_len"], g["pairs"]): g for g in groups if g["width"] == width}
-        configs = list(dict.fromkeys(g["config"] for g in groups if g["width"] == width))
+        rows = width_rows(groups, chance, width, cells)
         lines += [f"Width {width}:", "",
                   "| config | params | bytes kept / sequence (cache bf16 + state fp32) | "
                   + " | ".join(f"{t} tokens, {p} pairs" for t, p in cells) + " |",
                   "|" + "---|" * (3 + len(cells))]
-        for c in configs:
-            first = next(g for g in mine.values() if g["config"] == c)
-            lines.append(f"| {c} | {first['params']:,} | {first['bytes_per_seq']:,} | "
-                         + " | ".join(cell(mine.get((c, t, p))) for t, p in cells) + " |")
-        by_cell = {(g["row_len"], g["pairs"]): g for g in chance}
-        lines += ["| chance (from the files) | - | 0 | " + " | ".join(cell(by_cell.get(k)) for k in cells) + " |", ""]
-        lines += reach_table(configs, mine, cells)
+        lines += ["| " + " | ".join(row) + " |" for row in rows] + [""]
+        mine = {(g["config"], g["row_len"], g["pairs"]): g for g in groups if g["width"] == width}
+        lines += reach_table([row[0] for row in rows[:-1]], mine, cells)
     metrics = sorted({m for g in groups for m in g["metric"]})
     lines += [f"Accuracy: {', '.join(metrics)} of best.pt, mean [95% t interval from 3 seeds, min-max below] "
               f"(n seeds); solved: seeds at accuracy >= {solved:g}; stop_val_acc: the seeds whose val accuracy reached "

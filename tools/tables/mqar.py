@@ -119,16 +119,9 @@ def study_table(root, width):
     per config in the order tools.recall was given them, a column per cell, the chance row last."""
     with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
         groups = json.load(f)
+    runs = [g for g in groups if g["config"] != "chance"]
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
-    mine = [g for g in groups if g["width"] == width]
-    by = {(g["config"], g["row_len"], g["pairs"]): g for g in mine}
-    chance = {(g["row_len"], g["pairs"]): g for g in groups if g["config"] == "chance"}
-    rows = []
-    for config in dict.fromkeys(g["config"] for g in mine):
-        first = next(g for g in mine if g["config"] == config)
-        rows.append([config, f"{first['params']:,}", f"{first['bytes_per_seq']:,}",
-                     *(study_cell(by.get((config, *k))) for k in cells)])
-    rows.append(["chance (from the files)", "-", "0", *(study_cell(chance.get(k)) for k in cells)])
+    rows = recall.width_rows(runs, [g for g in groups if g["config"] == "chance"], width, cells, study_cell)
     return md_table(["config", "params", "bytes kept / sequence", *(f"{t} tokens, {p} pairs" for t, p in cells)], rows)
 
 
