@@ -65,6 +65,7 @@ TABLE = [
     (["-m", "tools.eval", "{tmp}", "--json={tmp}/missing/e.json"], "does not exist"),
     (["-m", "tools.eval", "{tmp}", "--plot={tmp}"], "is a folder"),
     (["-m", "tools.compare", "{tmp}", "--out={tmp}/notutf8.py"], "is a file, not a folder"),
+    (["-m", "tools.scorecard", "{tmp}", "--mqar_as", "mha"], "--mqar_as mha: give CONFIG=NAME"),
     (["-m", "tools.bench", "--suite=mla", "--json={tmp}/missing/b.json"], "does not exist"),
     (["-m", "tools.bench", "--suite=cpu", "--dtypes=float8"], "--dtypes=float8: choose from bfloat16, float32"),
     (["-m", "tools.bench", "--suite=cpu", "--contexts=4k"], "--contexts and --threads are comma-separated"),

@@ -1,6 +1,7 @@
 """One table and one figure per study: what each attention costs and what it buys.
 
     python -m tools.scorecard sweeps/sparse512/*-s? --mqar sweeps/recall/*-s? --context=4096 --out sweeps/sparse512
+    python -m tools.scorecard sweeps/fair256/*-s? --mqar sweeps/recall/w64-t64-p4/*-s? --mqar_as mha=mha4
 
 Rows are configs (run folders grouped by their -s<seed> suffix, as tools.compare groups them);
 the first config is the reference. Columns, each from where it is measured:
@@ -9,7 +10,9 @@ the first config is the reference. Columns, each from where it is measured:
                 reference with its interval and verdict (tools.stats, as tools.compare reports it)
   recall        --mqar runs of the same config names: mean test accuracy of best.pt on MQAR (the
                 best val accuracy where a run has no test evaluation), with the number of
-                pairs from their dataset's meta.json (the column is left out without --mqar runs)
+                pairs from their dataset's meta.json (the column is left out without --mqar runs);
+                --mqar_as CONFIG=NAME reads a config's recall from MQAR runs named otherwise (the
+                recall study's 4-head softmax is mha4, its 1-head anchor mha)
   extrapolation the first seed's loss at positions [L, F*L) of windows of F*L (--ext_factor F,
                 L its block_size) minus its sliding-window loss at L (stride L/2, tools.eval):
                 below 0, the model uses context past L; n/a where the model stops at L
@@ -72,7 +75,7 @@ def config_row(name, runs, first, paired, mqar_groups, args, device):
     model, ckpt = first.load_model(device)
     kv = model.cache_elems_per_seq(args.context) * 2 / args.context       # bf16, averaged over the context
     state = model.cache_state_elems() * 4
-    acc, pairs = mqar_accuracy(mqar_groups, name)
+    acc, pairs = mqar_accuracy(mqar_groups, args.mqar_as.get(name, name))
     end = min(model.config.block_size, args.context)
     steps = min(args.steps, end - 1)   # the timed steps end at block_size: bigbird and learned positions stop there
     decode = decode_cost(model, end - steps, steps, device)["ms_per_token"]
@@ -163,6 +166,8 @@ def parse_args(argv):
     ap = OneLineParser(prog="python -m tools.scorecard", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="train.py out_dirs (seeds as -s<seed>)")
     ap.add_argument("--mqar", nargs="*", default=[], metavar="RUN_DIR", help="MQAR runs named like the configs")
+    ap.add_argument("--mqar_as", action="append", default=[], metavar="CONFIG=NAME",
+                    help="read CONFIG's recall from the --mqar runs of NAME (repeatable)")
     ap.add_argument("--context", type=int, default=4096, help="tokens the memory columns are stated at")
     ap.add_argument("--ext_factor", type=int, default=4, help="extrapolation windows of F x block_size")
     ap.add_argument("--steps", type=int, default=16, help="timed decoding steps")
@@ -176,7 +181,19 @@ def parse_args(argv):
         if getattr(args, name) < 1 or (name == "ext_factor" and args.ext_factor < 2):
             fail(f"--{name}={getattr(args, name)} must be at least {2 if name == 'ext_factor' else 1}")
     check_out(args.out)
+    args.mqar_as = config_aliases(args.mqar_as)
     return args
+
+
+def config_aliases(pairs):
+    """{config: MQAR config name} from --mqar_as CONFIG=NAME; one line and exit 2 on any other form."""
+    aliases = {}
+    for pair in pairs:
+        config, sep, name = pair.partition("=")
+        if not (sep and config and name) or "=" in name:
+            fail(f"--mqar_as {pair}: give CONFIG=NAME, e.g. --mqar_as mha=mha4")
+        aliases[config] = name
+    return aliases
 
 
 def main(argv=None):
