@@ -14,7 +14,9 @@ import pytest
 import train
 from helpers import ROOT, train_args
 from tools import eval as length_eval
-from tools import recall
+from tools import reach, recall
+from tools.tables import store
+from trainer.rundir import Run
 
 
 def mqar_data(root, pairs):
@@ -171,3 +173,25 @@ def test_the_pairs_a_window_leaves_out_are_counted_from_the_files(study, tmp_pat
     text = (tmp_path / "recall.md").read_text()
     table = text[text.index("Queries the pattern lets reach"):]
     assert "| swa | " in table and "| mha | " not in table
+
+
+def test_a_content_chosen_reach_is_kept_with_the_run(study, tmp_path):
+    """MoBA's reach is observed on the trained model (tools.reach on best.pt, counted here directly) and
+    written to the run's reach.json, so the folder kept without checkpoints (tools.tables.store copies
+    that file) reports the same counts; kept without it, nothing can be counted: content-chosen."""
+    root = study[0].parent.parent.parent
+    run = mqar_run(root, 2, "moba-s1", "--attention=moba", "--sparse_block=4", "--moba_topk=1")
+    model, _ = Run(str(run)).load_model("cpu")
+    want = reach.reach(model, str(root / "p2"), 16, observe=True)
+    assert want["field"] is not None
+    recall.main([str(run), "--out", str(tmp_path / "trained")])
+    assert json.loads((run / "reach.json").read_text()) == want
+    store.store(str(run.parent), "kept", configs=["moba"], root=str(tmp_path))
+    stored = tmp_path / "docs" / "results" / "kept" / "moba-s1"
+    assert (stored / "reach.json").exists() and not list(stored.glob("*.pt"))
+    lost = kept([run], tmp_path / "no-reach")[0]   # summary and test evaluation only
+    for folder, counts in ((stored, want), (lost, dict.fromkeys(want))):
+        recall.main([str(folder), "--out", str(tmp_path / folder.parent.name)])
+        group, = [g for g in json.loads((tmp_path / folder.parent.name / "recall.json").read_text())
+                  if g["config"] == "moba"]
+        assert group["reach"] == (pytest.approx(counts) if counts["field"] is not None else counts)

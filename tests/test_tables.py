@@ -97,11 +97,25 @@ def test_code_derived_cells_equal_the_formulas():
     assert params["mha_gate"][2] == f"{int(params['mha'][2].replace(',', '')) + n_layer * C * C:,}"
     bf16 = 2
     readme = generated("README.md", "readme-scorecard")
-    assert readme["mha"][5] == f"{n_layer * 2 * 4 * d_h * bf16:,}"                 # K and V, 4 heads
-    assert readme["gqa (2 KV heads)"][5] == f"{n_layer * 2 * 2 * d_h * bf16:,}"
-    assert readme["mla (rank 64)"][5] == f"{n_layer * (64 + 16) * bf16:,}"        # latent + RoPE key (d_h / 2)
+    assert readme["mha"][6] == f"{n_layer * 2 * 4 * d_h * bf16:,}"                 # K and V, 4 heads
+    assert readme["gqa (2 KV heads)"][6] == f"{n_layer * 2 * 2 * d_h * bf16:,}"
+    assert readme["mla (rank 64)"][6] == f"{n_layer * (64 + 16) * bf16:,}"        # latent + RoPE key (d_h / 2)
     runs = generated("docs/results.md", "fair256-runs")
-    assert runs["mha"][11] == readme["mha"][5] and runs["gla"][12] == f"{n_layer * 4 * d_h * d_h * 4:,}"   # fp32 state
+    assert runs["mha"][11] == readme["mha"][6] and runs["gla"][12] == f"{n_layer * 4 * d_h * d_h * 4:,}"   # fp32 state
+
+
+def test_the_scorecards_recall_is_the_recall_runs_own_test_accuracy():
+    """README and results.md: MQAR accuracy read from the stored runs' test_eval.json (mha from the recall
+    study's 4-head mha4), "-" where the recall study has no run of that name."""
+    def test_acc(name):
+        with open(os.path.join(ROOT, f"docs/results/recall/tune-w64-t64-p4/{name}-s1/test_eval.json")) as f:
+            return json.load(f)[0]["test_acc"]
+    readme = generated("README.md", "readme-scorecard")
+    card = generated("docs/results.md", "fair256-scorecard")
+    for config, name in (("mha", "mha4"), ("gla", "gla"), ("bigbird", "bigbird")):
+        assert readme[config][4] == f"{test_acc(name):.3f}"
+        assert card[config][5] == f"{test_acc(name):.3f} (4)"
+    assert readme["gla_nodecay"][4] == "-" and card["mha_gate"][5] == "-"
 
 
 @pytest.mark.parametrize("summary, expected", [({"kv_cache_bytes_per_token": 4096, "dtype": "float32"}, 2048),
@@ -144,6 +158,21 @@ def test_stored_runs_give_the_paired_differences_written_out_here(tmp_path):
         assert lines[2].startswith(f"| mla | 3 | {mean:+.4f} |"), lines
     runs = stored.runs_table("fake", ["mha", "mla"])(str(tmp_path))
     assert runs[2].startswith("| mha | 3 |") and "1.9133 ± 0.0153" in runs[2]
+
+
+def test_rung_steps_pair_upper_minus_lower_over_the_seeds_both_have(tmp_path):
+    """Each step is the upper config minus the lower, per shared seed (mla lacks seed 3), on test."""
+    losses = {"mha-s1": (1.80, 1.90), "mha-s2": (1.82, 1.93), "mha-s3": (1.81, 1.91),
+              "gla-s1": (1.83, 1.95), "gla-s2": (1.84, 1.92), "gla-s3": (1.85, 1.99),
+              "mla-s1": (1.79, 1.87), "mla-s2": (1.80, 1.89)}
+    fake_sweep(tmp_path / "sweep", losses)
+    store.store(str(tmp_path / "sweep"), "fake", root=str(tmp_path))
+    steps = [("mha", "gla", "one"), ("gla", "mla", "two")]
+    lines = stored.steps_table("fake", steps, "test")(str(tmp_path))
+    one = sum(losses[f"gla-s{s}"][1] - losses[f"mha-s{s}"][1] for s in (1, 2, 3)) / 3
+    two = sum(losses[f"mla-s{s}"][1] - losses[f"gla-s{s}"][1] for s in (1, 2)) / 2
+    assert lines[2].startswith(f"| gla − mha (one) | 3 | {one:+.4f} ["), lines
+    assert lines[3].startswith(f"| mla − gla (two) | 2 | {two:+.4f} ["), lines
 
 
 def test_the_window_bound_pairs_each_run_with_itself(tmp_path):

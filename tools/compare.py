@@ -129,10 +129,15 @@ def choose_metric(groups, metric):
     return "test_loss" if every else "best_val_loss"
 
 
+def values_by_seed(runs, key):
+    """{seed: the run's summary value of key} of one config's runs."""
+    return {run_seed(n, s): s.get(key) for n, s, _ in runs}
+
+
 def paired_rows(groups, key, margin):
     """{config: paired statistics against the reference (stats.paired + verdicts), or None}."""
     ref_name = next(iter(groups))
-    by_seed = {name: {run_seed(n, s): s.get(key) for n, s, _ in runs} for name, runs in groups.items()}
+    by_seed = {name: values_by_seed(runs, key) for name, runs in groups.items()}
     ref = by_seed[ref_name]
     names = [n for n in groups if n != ref_name]
     rows = []

@@ -22,7 +22,8 @@ meta.json instead, so runs of several sessions combine. Per group:
             (GPT.cache_elems_per_seq at the row length) plus its constant state in fp32
   reach     tools/reach.py's counts over the test rows, for the configs whose pattern leaves some
             query's pair out (field / direct read / accuracy ceiling); MoBA's from the blocks its
-            trained forward chose (a run with its checkpoint), averaged over seeds
+            trained forward chose (a run with its checkpoint; written to the run's reach.json, which a
+            folder kept without checkpoints is read from), averaged over seeds
 A chance row per cell: guessing uniformly among the row's values, computed from the dataset's files
 (1/P in Zoology's layout, where no answer is ever in the input). recall.md (one table per width),
 recall.json (one object per group) and recall.png (accuracy against bytes kept, one panel per cell,
@@ -38,9 +39,9 @@ import numpy as np
 from model import GPT, GPTConfig
 from tools import compare, reach, stats
 from tools.scorecard import check_out, write_outputs
-from trainer.checkpoint import CheckpointError
+from trainer.checkpoint import CheckpointError, WriteError
 from trainer.cli import OneLineParser, fail
-from trainer.rundir import Run, RunError
+from trainer.rundir import REACH, Run, RunError, write_json_atomic
 
 SOLVED = 0.95   # the accuracy a seed counts as solved at (--solved)
 
@@ -67,9 +68,24 @@ def run_row(run_dir):
             "metric": key, "steps": summary.get("target_reached_iter"),
             "bytes": model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4,
             "params": model.num_params(), "data": data,
-            # a trained model's content-chosen blocks (MoBA) as its forward chose them on the test rows
-            "reach": reach.reach(model, data, row_len, observe=trained)
-            if has_split(data, "test") else None}
+            "reach": run_reach(run_dir, model, data, row_len, trained)}
+
+
+def run_reach(run_dir, model, data, row_len, trained):
+    """tools.reach's counts over the test rows (None without them). A content-chosen pattern (MoBA) is
+    counted from the blocks the trained forward chose, and that observation is written to the run's
+    reach.json, where a folder kept without checkpoints finds it again."""
+    kept = os.path.join(run_dir, REACH)
+    content_chosen = reach.layer_patterns(model, row_len) is None
+    if content_chosen and not trained and os.path.isfile(kept):
+        with open(kept) as f:
+            return json.load(f)
+    if not has_split(data, "test"):
+        return None
+    counts = reach.reach(model, data, row_len, observe=trained)
+    if content_chosen and trained:
+        write_json_atomic(counts, kept)
+    return counts
 
 
 def kept_model(summary, data, run_dir):
@@ -277,7 +293,7 @@ def main(argv=None):
     check_out(args.out)
     try:
         rows = [run_row(d) for d in dict.fromkeys(args.runs)]  # a folder given twice counts once
-    except (RunError, CheckpointError) as e:
+    except (RunError, CheckpointError, WriteError) as e:
         fail(str(e))
     groups, chance = group_rows(rows, args.solved), chance_rows(rows)
     write_outputs(args.out, "recall", markdown(groups, chance, args.solved), groups + chance, plot)

@@ -6,6 +6,8 @@ and the one reader every tool goes through (Run).
     summary.json    the run as a whole, rewritten atomically at every evaluation; strict JSON
                     (NaN and inf become null); its "last_eval" is the last log.jsonl record
     test_eval.json  tools.eval --split=test of best.pt, written by tools.sweep (optional)
+    reach.json      the pairs a content-chosen pattern (MoBA) reached on the test rows, as tools.recall
+                    observed them on best.pt: kept so that a folder stored without checkpoints has them
     best.pt,        the checkpoints (trainer/checkpoint.py writes and checks them): Run.header reads one
     ckpt.pt         without its weights (memory-mapped, none read); Run.checkpoint, Run.load_model with them
 
@@ -30,7 +32,7 @@ from trainer.checkpoint import (
     save_atomic,
 )
 
-LOG, SUMMARY, TEST_EVAL = "log.jsonl", "summary.json", "test_eval.json"
+LOG, SUMMARY, TEST_EVAL, REACH = "log.jsonl", "summary.json", "test_eval.json", "reach.json"
 WEIGHTS = ("model", "optimizer")   # what Run.header leaves out
 
 

@@ -2,7 +2,21 @@
 mha, gla and gla_bare are the fair study's runs (docs/results/fair256), with the positions, cache and
 state bytes and parameters of each config from the code.
 """
-from tools.tables.source import CACHE_UNIT, cache_bytes, delta, md_table, mean_sd, model_of, state_bytes, study, verdict
+import json
+import os
+
+from tools.tables.source import (
+    CACHE_UNIT,
+    cache_bytes,
+    delta,
+    md_table,
+    mean_sd,
+    model_of,
+    results_dir,
+    state_bytes,
+    study,
+    verdict,
+)
 
 
 def ladder_runs(root):
@@ -47,6 +61,21 @@ def ladder_bench(root):
                      for c, r in st["bench"]["rows"].items()])
 
 
+def delta_bench(root):
+    """tools.bench's rows for the delta-rule rungs (docs/results/ladder256_delta/bench.json), one run side
+    by side, each against mha's."""
+    with open(os.path.join(results_dir(root, "ladder256_delta"), "bench.json")) as f:
+        rows = json.load(f)
+    ref = rows[0]
+    return md_table(["config", "params", "train tok/s", "vs mha", "decode tok/s, cache", "vs mha",
+                     "decode tok/s, no cache"],
+                    [[r["variant"], f"{r['params'] / 1e6:.2f}M", f"{r['train_tokens_per_sec']:,.0f}",
+                      f"{r['train_tokens_per_sec'] / ref['train_tokens_per_sec']:.2f}x",
+                      f"{r['decode_tokens_per_sec']:.1f}",
+                      f"{r['decode_tokens_per_sec'] / ref['decode_tokens_per_sec']:.2f}x",
+                      f"{r['decode_tokens_per_sec_no_cache']:.1f}"] for r in rows])
+
+
 def ladder_fixed(root):
     return md_table(["step", "Δ on test [95% CI]", "verdict"],
                     [[r["step"], delta(r), r["verdict"]] for r in study(root, "ladder256_fixed")["steps"]["rows"]])
@@ -58,4 +87,5 @@ TABLES = {
     "ladder256-rungs": ladder_rungs,
     "ladder256-bench": ladder_bench,
     "ladder256-fixed": ladder_fixed,
+    "ladder256-delta-bench": delta_bench,
 }

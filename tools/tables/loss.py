@@ -2,6 +2,9 @@
 in the formats tools.compare and tools.scorecard print, from docs/results/<study>/table.json and the
 configs built on the meta device (parameters, cache and state bytes, iterations, training FLOPs).
 """
+import json
+import os
+
 from tools import budget, compare, scorecard
 from tools.tables.source import (
     CACHE_UNIT,
@@ -11,6 +14,7 @@ from tools.tables.source import (
     md_table,
     mean_sd,
     model_of,
+    results_dir,
     state_bytes,
     study,
     verdict,
@@ -97,22 +101,39 @@ def fair256_gap(root):
                                                                for r in runs.values())]])
 
 
-def scorecard_rows(st):
-    """tools.scorecard's rows of the fair study: the file's numbers, the cache and state from the code."""
+# The scorecards' recall column: the recall study's cell of 64-token rows with 4 pairs at width 64, its
+# configs read by the loss study's names (its 4-head softmax is mha4); configs it lacks get "-".
+RECALL_CELL = {"row_len": 64, "pairs": 4, "width": 64}
+RECALL_AS = {"mha": "mha4"}
+
+
+def recall_accuracy(root):
+    """{recall study config: (accuracy, pairs)} at RECALL_CELL (docs/results/recall/study/recall.json)."""
+    with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
+        groups = json.load(f)
+    return {g["config"]: (g["acc"], g["pairs"]) for g in groups
+            if all(g[k] == v for k, v in RECALL_CELL.items()) and g["config"] != "chance"}
+
+
+def scorecard_rows(st, recall):
+    """tools.scorecard's rows of the fair study: the file's numbers, the cache and state from the code,
+    recall from the recall study (recall_accuracy)."""
     card, rows = st["scorecard"], []
     for c, sc in card["rows"].items():
         m, r, p = model(st, c), st["runs"][c], st["paired"]["test"].get(c)
+        acc, pairs = recall.get(RECALL_AS.get(c, c), (None, None))
         rows.append({"config": c, "attention": m.config.attention, "pos_encoding": m.config.pos_encoding,
                      "n": r["n"], "metric": "test_loss", "loss": r["test"][0], "loss_ci95_half": sc["test_ci95_half"],
                      "delta": p and p["mean"], "delta_ci95": p and p["ci95"], "verdict": p and p["verdict"],
-                     "mqar_acc": None, "extrapolation": sc["extrapolation"], "context": card["context"],
+                     "mqar_acc": acc, "mqar_pairs": pairs, "extrapolation": sc["extrapolation"],
+                     "context": card["context"],
                      "cache_bytes_per_token": cache_bytes(m, card["context"]), "cache_state_bytes": state_bytes(m),
                      "train_tokens_per_sec": r["tokens_per_sec"][0], "decode_ms_per_token": sc["decode_ms_per_token"]})
     return rows
 
 
 def fair256_scorecard(root):
-    return scorecard.table_lines(scorecard_rows(study(root, "fair256")), "mha")
+    return scorecard.table_lines(scorecard_rows(study(root, "fair256"), recall_accuracy(root)), "mha")
 
 
 README_CONFIGS = ("mha", "gqa", "mqa", "mla", "bigbird", "gla", "gla_nodecay")
@@ -126,19 +147,21 @@ def readme_label(st, c):
 def readme_scorecard(root):
     """The README's headline: the test-split verdict first, val labelled as the selection split."""
     st = study(root, "fair256")
-    rows = {r["config"]: r for r in scorecard_rows(st)}
+    rows = {r["config"]: r for r in scorecard_rows(st, recall_accuracy(root))}
     out = []
     for c in README_CONFIGS:
         r, test, val = rows[c], st["paired"]["test"].get(c), st["paired"]["val"].get(c)
         out.append([readme_label(st, c), test["verdict"] if test else f"reference (test loss {r['loss']:.4f})",
                     delta(test) if test else "", f"{val['mean']:+.4f}, {val['verdict']}" if val else "",
+                    "-" if r["mqar_acc"] is None else f"{r['mqar_acc']:.3f}",
                     "n/a" if r["extrapolation"] is None else f"{r['extrapolation']:+.3f}",
                     f"{r['cache_bytes_per_token']:,.0f}",
                     f"{r['cache_state_bytes'] // 1024} KiB" if r["cache_state_bytes"] else "0"])
     context = st["scorecard"]["context"]
+    pairs = RECALL_CELL["pairs"]
     return md_table(["config", "test verdict vs mha", "Δ test loss [95% CI]", "selection split (val): Δ, verdict",
-                     "past L − sliding window", f"cache B/token @ {context // 1024}k ({CACHE_UNIT})",
-                     "constant state (fp32)"], out)
+                     f"MQAR acc, {pairs} pairs", "past L − sliding window",
+                     f"cache B/token @ {context // 1024}k ({CACHE_UNIT})", "constant state (fp32)"], out)
 
 
 def sparse512_results(root):

@@ -114,12 +114,13 @@ def study_cell(g):
     return text + (f"; step {g['steps']:,.0f}" if g["steps"] is not None else "")
 
 
-def study_table(root, width):
+def study_table(root, width, configs=None):
     """The recall study at one width (docs/results/recall/study/recall.json, tools.recall's groups): a row
-    per config in the order tools.recall was given them, a column per cell, the chance row last."""
+    per config (of configs, or all) in the order tools.recall was given them, a column per cell, the
+    chance row last."""
     with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
         groups = json.load(f)
-    runs = [g for g in groups if g["config"] != "chance"]
+    runs = [g for g in groups if g["config"] != "chance" and (configs is None or g["config"] in configs)]
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
     rows = recall.width_rows(runs, [g for g in groups if g["config"] == "chance"], width, cells, study_cell)
     return md_table(["config", "params", "bytes kept / sequence", *(f"{t} tokens, {p} pairs" for t, p in cells)], rows)
@@ -133,6 +134,8 @@ def mqar_layout(root):
                      for r in study(root, "mqar_layout")["rows"]])
 
 
+RUNGS = ("mha4", "linear", "retnet", "gla", "deltanet", "gated_deltanet", "deltanet_noconv",
+         "gated_deltanet_noconv", "gla_mha", "gdn_mha")
 TABLES = {
     "mqar-layout": mqar_layout,
     "recall-anchor-lr": anchor_lr,
@@ -141,4 +144,6 @@ TABLES = {
     "recall-reach": reach,
     "recall-study-w64": lambda root: study_table(root, 64),
     "recall-study-w128": lambda root: study_table(root, 128),
+    # docs/linear.md: the linear family's rungs, the delta rule and the hybrids, mha4 first for reference
+    "recall-rungs-w64": lambda root: study_table(root, 64, RUNGS),
 }

@@ -3,7 +3,7 @@
     python -m tools.tables.store sweeps/cache256 cache256
     python -m tools.tables.store sweeps/sparse512 sparse512-window sweeps/sparse512/eval_window.json --runs=mha
 
-Copies each finished run's summary.json, log.jsonl and test_eval.json (never checkpoints; the runs
+Copies each finished run's summary.json, log.jsonl, test_eval.json and reach.json (never checkpoints; the runs
 and the learning-rate probes under lr/ alike), the sweep's plan.json and any further files named
 (evaluation JSON); each file is written to a temporary name and renamed. --runs keeps the runs of these
 configs only.
@@ -22,7 +22,7 @@ from tools.compare import config_name
 from tools.tables.source import HERE, results_dir
 from trainer.checkpoint import WriteError
 from trainer.cli import OneLineParser, fail
-from trainer.rundir import LOG, SUMMARY, TEST_EVAL, Run, write_text_atomic
+from trainer.rundir import LOG, REACH, SUMMARY, TEST_EVAL, Run, write_text_atomic
 
 
 def copy(src, dst):
@@ -44,7 +44,7 @@ def copy_runs(src, dst, runs):
     """[paths written]: each run's small files from src/<run> to dst/<run>."""
     written = []
     for run in runs:
-        for name in (SUMMARY, LOG, TEST_EVAL):
+        for name in (SUMMARY, LOG, TEST_EVAL, REACH):
             if os.path.isfile(os.path.join(src, run, name)):
                 written.append(os.path.join(dst, run, name))
                 copy(os.path.join(src, run, name), written[-1])

@@ -41,6 +41,22 @@ def paired_table(study, configs, metric):
     return table
 
 
+def steps_table(study, steps, metric):
+    """Rung against rung: each (lower, upper, what changes) as upper minus lower, paired by seed on metric
+    (test or best_val), Holm over the steps."""
+    def table(root):
+        configs = list(dict.fromkeys(c for lower, upper, _ in steps for c in (lower, upper)))
+        by_seed = {c: compare.values_by_seed(runs, compare.METRICS[metric])
+                   for c, runs in groups_of(root, study, configs).items()}
+        diffs = [[by_seed[upper][sd] - by_seed[lower][sd] for sd in sorted(set(by_seed[upper]) & set(by_seed[lower]))]
+                 for lower, upper, _ in steps]
+        rows = stats.verdicts([stats.paired(d, MARGIN) for d in diffs], MARGIN)
+        return md_table(["step", "pairs", "Δ [95% CI]", "p (Holm)", "verdict"],
+                        [[f"{upper} − {lower} ({what})", r["n"], stats.fmt_delta(r["mean"], r["ci95"]),
+                          f"{r['p_holm']:.2g}", r["verdict"]] for (lower, upper, what), r in zip(steps, rows)])
+    return table
+
+
 def plan_table(study):
     """The sweep's plan.json (budget matching, lr grid, the rate chosen) with each config's parameters."""
     def table(root):
@@ -73,6 +89,11 @@ def window_bound(study, eval_file):
 
 CACHE = ["mha", "gqa", "mqa", "mla"]
 FLOPS = ["mha", "mla", "bigbird", "gla"]
+DELTA = ["mha", "gla", "deltanet", "gated_deltanet", "gdn_mha"]
+DELTA_STEPS = [("gla", "deltanet", "the delta rule for GLA's decayed sum"),
+               ("deltanet", "gated_deltanet", "a per-head decay"),
+               ("gla", "gated_deltanet", "both"),
+               ("gated_deltanet", "gdn_mha", "the top layer softmax")]
 TABLES = {
     "cache256-runs": runs_table("cache256", CACHE),
     "cache256-paired-test": paired_table("cache256", ["mla", "mqa", "gqa"], "test"),
@@ -83,4 +104,9 @@ TABLES = {
     "flops256-causal-paired-val": paired_table("flops256-causal", FLOPS, "best_val"),
     "flops256-causal-plan": plan_table("flops256-causal"),
     "sparse512-window": window_bound("sparse512-window", "eval_window.json"),
+    "ladder256-delta-runs": runs_table("ladder256_delta", DELTA),
+    "ladder256-delta-paired-test": paired_table("ladder256_delta", DELTA, "test"),
+    "ladder256-delta-paired-val": paired_table("ladder256_delta", DELTA, "best_val"),
+    "ladder256-delta-plan": plan_table("ladder256_delta"),
+    "ladder256-delta-steps": steps_table("ladder256_delta", DELTA_STEPS, "test"),
 }
