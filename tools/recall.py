@@ -261,14 +261,18 @@ def plot(groups, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups if g["config"] != "chance"})
-    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells), 4.0), squeeze=False, sharey=True)
-    colors = {c: f"C{i % 10}" for i, c in enumerate(dict.fromkeys(g["config"] for g in groups))}
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells) + 1.6, 4.0), squeeze=False, sharey=True)
+    # 20 distinct colours and a marker per family kind: 14 configs overrun matplotlib's 10-colour cycle
+    cmap = plt.get_cmap("tab20")
+    colors = {c: cmap(i % 20) for i, c in enumerate(dict.fromkeys(g["config"] for g in groups))}
     for ax, (t, p) in zip(axes[0], cells):
         here = [g for g in groups if (g["row_len"], g["pairs"]) == (t, p) and g["acc"] is not None]
         for c in dict.fromkeys(g["config"] for g in here if g["config"] != "chance"):
             mine = sorted((g for g in here if g["config"] == c), key=lambda g: g["bytes_per_seq"])
-            ax.plot([g["bytes_per_seq"] for g in mine], [g["acc"] for g in mine], marker="o", color=colors[c], label=c,
-                    linestyle="--" if c.startswith(("linear", "retnet", "gla", "delta", "gated")) else "-")
+            fixed_state = c.startswith(("linear", "retnet", "gla", "delta", "gated")) and not c.endswith("_mha")
+            ax.plot([g["bytes_per_seq"] for g in mine], [g["acc"] for g in mine], color=colors[c], label=c,
+                    marker="s" if fixed_state else "^" if c.endswith("_mha") else "o",
+                    linestyle="--" if fixed_state else "-")
         for g in here:
             if g["config"] == "chance":
                 ax.axhline(g["acc"], color="k", lw=0.8, ls=":", label="chance")
@@ -276,7 +280,7 @@ def plot(groups, path):
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("MQAR accuracy (mean over seeds)")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))   # beside the panels, not over points
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
