@@ -142,3 +142,23 @@ def test_flops_per_token_counts_the_causal_half_and_mfu_follows_palm():
     linear = GPT(GPTConfig(attention="gla", gla_chunk=16, **kw))
     for model in (sparse, linear):  # their attention terms: a fraction of dense causal softmax's
         assert 0 < model.flops_per_token() - 6 * model.num_params() < 12 * L * C * (T + 1) / 2 / 2
+
+
+def test_counted_only_gives_the_loss_and_gradients_of_the_counted_positions():
+    """The head only where a target counts (datasets of examples): its logits are the full forward's rows
+    there, and loss and gradients equal the cross-entropy written out over those rows of the full logits."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16))
+    x = torch.randint(0, 50, (3, 16))
+    marked = torch.rand(3, 16) < 0.25
+    y = torch.full((3, 16), -1).masked_scatter(marked, torch.randint(0, 50, (int(marked.sum()),)))
+    params = list(model.parameters())
+    full, _ = model(x)                                                       # (B, T, V), no targets
+    want = -full.double().log_softmax(-1)[marked].gather(-1, y[marked][:, None]).mean()
+    want_grads = torch.autograd.grad(want, params)
+    logits, loss = model(x, y, counted_only=True)
+    assert 0 < marked.sum() < marked.numel() and logits.shape == (int(marked.sum()), 50)
+    torch.testing.assert_close(logits, full[marked].detach())
+    torch.testing.assert_close(loss.double(), want.detach(), rtol=1e-6, atol=1e-6)
+    for g, w in zip(torch.autograd.grad(loss, params), want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

@@ -64,11 +64,11 @@ class Trainer:
             total = torch.zeros(2, device=dist.device)  # loss, and accuracy on the counted targets (examples)
             for X, Y, weight in self.batches.eval_windows(split, tc.eval_iters, dist.world):
                 with self.autocast:
-                    logits, loss = self.model(X, Y)
+                    logits, loss = self.model(X, Y, counted_only=self.batches.examples)
                 hits = loss.new_zeros(())
                 if self.batches.examples:  # a text dataset pays no argmax over the vocabulary
-                    counted = Y != -1
-                    hits = ((logits.argmax(-1) == Y) & counted).sum() / counted.sum().clamp_min(1)
+                    answers = Y[Y != -1]                              # the logits' rows, in the same order
+                    hits = (logits.argmax(-1) == answers).sum() / max(answers.numel(), 1)
                 total += torch.stack([loss.float(), hits.float()]) * weight
             if dist.strategy:
                 torch.distributed.all_reduce(total)
@@ -90,7 +90,7 @@ class Trainer:
             elif dist.strategy == "ddp":
                 self.model.require_backward_grad_sync = last_micro
             with self.autocast:
-                _, loss = self.model(X, Y)
+                _, loss = self.model(X, Y, counted_only=self.batches.examples)
                 loss = loss / tc.gradient_accumulation_steps
             n_batch += 1
             X, Y = self.batches.train(n_batch)  # prefetch while the GPU works
@@ -111,7 +111,7 @@ class Trainer:
         watch saw nothing yet); saving them would replace the last good ckpt.pt. NonFinite if not."""
         self.model.eval()
         with self.autocast:
-            _, loss = self.model(X, Y)
+            _, loss = self.model(X, Y, counted_only=self.batches.examples)
         self.model.train()
         if all_ranks_max(int(not torch.isfinite(loss).item()), self.dist):
             raise NonFinite(self.iter_num, "the weights give a non-finite loss on the next batch (the last step "
