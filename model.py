@@ -87,6 +87,9 @@ class GPTConfig:
     gla_output_gate: str = "swish"  # swish (o * silu(x W_r), the paper's) | none (no r projection)
     gla_norm: str = "rms"         # rms (per-head RMSNorm on o, the paper's) | sum (o_t / phi(q_t) . sum_j phi(k_j),
                                   # Katharopoulos et al.; positive maps, no RoPE) | none
+    gla_conv: int = 0             # taps of a short causal convolution (then SiLU) on q, k and v before phi and RoPE
+                                  # (fla's use_short_conv, 4 there); 0 = none. Its last gla_conv - 1 inputs join
+                                  # the decoding state
     # --- the delta rule (attention/deltanet.py: deltanet, gated_deltanet) ---
     delta_conv: int = 4           # taps of the short causal convolution on q, k and v (the papers' 4; 1 = none
                                   # over time); its last delta_conv - 1 inputs are part of the decoding cache

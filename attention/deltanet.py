@@ -34,27 +34,13 @@ import torch.nn.functional as F
 from attention import record
 from attention.base import Attention, chunk_lengths, mean_keys_in_blocks
 from attention.cache import ConvStateCache
+from attention.short_conv import causal_conv, conv_weight
 from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
 from kernels.gla_chunked import fp32, in_dtype
 from kernels.reference import naive_recurrent_delta_rule
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Mamba-2's range for the initial step size dt = softplus(dt_bias)
 A_MAX = 16.0                 # A = exp(A_log) drawn from U(0, A_MAX) at init (fla's GatedDeltaNet)
-
-
-def causal_conv(x, weight, past):
-    """Depthwise causal convolution then SiLU. x (B, T, C), weight (C, K), past (B, K-1, C) the
-    inputs before x (zeros at the start). Returns (B, T, C) and the last K-1 inputs (the next past).
-    The taps' weighted sum of K shifted views in x's (B, T, C) layout, the sum a one-token decoding
-    step takes too: on a CPU at the fair study's shape 1.4x faster, forward and backward, than
-    conv1d on a transposed (B, C, T) copy."""
-    K, T = weight.size(1), x.size(1)
-    full = torch.cat([in_dtype(past, x.dtype), x], dim=1)                     # (B, K-1+T, C)
-    w = in_dtype(weight.t(), x.dtype)                                         # (K, C)
-    y = full[:, :T] * w[0]
-    for j in range(1, K):
-        y = torch.addcmul(y, full[:, j:j + T], w[j])                          # tap j reads token t-(K-1)+j
-    return F.silu(y), full[:, full.size(1) - (K - 1):]
 
 
 class DeltaNet(Attention):
@@ -69,9 +55,7 @@ class DeltaNet(Attention):
         H, C = self.n_head, config.n_embd
         self.c_attn = nn.Linear(C, 3 * H * D, bias=config.bias)
         self.conv_size, self.chunk = config.delta_conv, config.delta_chunk
-        # fla's ShortConvolution init (nn.Conv1d's default), one filter per channel
-        self.conv_weight = nn.Parameter(torch.empty(3 * H * D, self.conv_size))
-        nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
+        self.conv_weight = conv_weight(3 * H * D, self.conv_size)
         self.b_proj = nn.Linear(C, H, bias=config.bias)                   # beta
         self.beta_scale = 2.0 if config.delta_beta == "sigmoid2" else 1.0
         self.gated = config.attention == "gated_deltanet"

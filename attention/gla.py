@@ -25,7 +25,7 @@ KNOBS = {"decay": "gla_gate", "feature_map": "gla_feature_map", "norm": "gla_nor
 
 
 class GatedLinearAttention(LinearFamilyAttention):
-    owned_keys = ("gla_gate", "gla_feature_map", "gla_chunk", "gla_output_gate", "gla_norm")
+    owned_keys = ("gla_gate", "gla_feature_map", "gla_chunk", "gla_output_gate", "gla_norm", "gla_conv")
     recipe = Recipe(decay="data", feature_map="identity", norm="rms", output_gate="swish")   # GLA's (the defaults)
 
     @classmethod

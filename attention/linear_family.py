@@ -26,6 +26,7 @@ The layer (flash-linear-attention's GatedLinearAttention, without its expansion 
 
     x --c_attn--> [ q: H*D | k: Hkv*D | v: Hkv*D | r: H*D ]      (r: the output gate; none: no r)
     x --gk_proj (C->16->Hkv*D)--> logsigmoid / 16 = g             (decay=data only)
+    [q | k | v] <- SiLU(short causal conv)                        (gla_conv taps; 0, the default: none)
     q, k <- phi(q), phi(k), then RoPE (if pos_encoding=rope)
     o = GLA(q, k, v, g)           (B, H, T, D); query head h reads KV head h // (H/Hkv)
     y = c_proj( norm(o) * silu(r) )
@@ -53,8 +54,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from attention.base import Attention, mean_keys_in_blocks
-from attention.cache import StateCache
+from attention.cache import ConvStateCache, StateCache
 from attention.record import record_linear
+from attention.short_conv import causal_conv, conv_weight
 from kernels.gla_chunked import chunk_gla, fp32, in_dtype, in_fp32, recurrent_gla_step, softmax_pair_inputs
 from kernels.reference import naive_recurrent_gla
 
@@ -85,7 +87,7 @@ def fixed_log_decay(n_kv_head: int) -> torch.Tensor:
 class LinearFamilyAttention(Attention):
     """The shared layer; a member sets `recipe` (or computes it from config: recipe_of)."""
     decodes_any_length = True  # a constant state
-    owned_keys = ("gla_chunk",)
+    owned_keys = ("gla_chunk", "gla_conv")
     recipe: Recipe = None
 
     @classmethod
@@ -121,6 +123,10 @@ class LinearFamilyAttention(Attention):
         self.setup_output_and_positions(config)
         self.phi, self.pair = FEATURE_MAPS[recipe.feature_map], recipe.feature_map == "softmax"
         self.feature_map, self.chunk = recipe.feature_map, config.gla_chunk
+        # fla's use_short_conv: one filter per channel of q, k and v (built last: the default's weights
+        # are drawn as before)
+        self.conv_size = config.gla_conv
+        self.conv_weight = conv_weight((H + 2 * Hkv) * D, self.conv_size) if self.conv_size else None
 
     @classmethod
     def check_config(cls, config):
@@ -148,20 +154,29 @@ class LinearFamilyAttention(Attention):
                              "can make zero or negative; use pos_encoding sinusoidal or none")
         if config.gla_chunk < 1:
             raise ValueError(f"gla_chunk={config.gla_chunk} must be at least 1 (64 is the default)")
+        if config.gla_conv < 0:
+            raise ValueError(f"gla_conv={config.gla_conv} must be at least 0 (taps of the short convolution; "
+                             "0 = none, 4 in fla)")
 
     # ---- the parts, in the order forward applies them ----
-    def project(self, x, pos):
+    def project(self, x, pos, past=None):
         """x -> q (B, H, T, D), k, v (B, Hkv, T, D), r (B, T, H, D) or None (no output gate), with phi and
-        RoPE applied to q and k at once (views of one tensor of H + Hkv heads: half the small ops)."""
+        RoPE applied to q and k at once (views of one tensor of H + Hkv heads: half the small ops), and
+        the convolution's next window of past inputs (None without one; past: this call's, None = zeros)."""
         B, T, _ = x.shape
         H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
         heads = self.c_attn(x).view(B, T, -1, D)                       # [q: H | k: Hkv | v: Hkv | r: H]
+        if self.conv_weight is not None:
+            qkv = heads[:, :, :H + 2 * Hkv].flatten(2)                   # (B, T, (H + 2 Hkv) D)
+            past = qkv.new_zeros(B, self.conv_size - 1, qkv.size(-1)) if past is None else past
+            qkv, past = causal_conv(qkv, self.conv_weight, past)
+            heads = torch.cat([qkv.view(B, T, -1, D), heads[:, :, H + 2 * Hkv:]], dim=2)
         qk = heads[:, :, :H + Hkv].transpose(1, 2)
         if self.phi is not None:
             qk = self.phi(qk)
         qk, = self.rope(pos, qk)  # after phi, so q.k keeps RoPE's relative-position form
         v = heads[:, :, H + Hkv:H + 2 * Hkv].transpose(1, 2)
-        return qk[:, :H], qk[:, H:], v, (heads[:, :, H + 2 * Hkv:] if self.gated else None)
+        return qk[:, :H], qk[:, H:], v, (heads[:, :, H + 2 * Hkv:] if self.gated else None), past
 
     def decay(self, x):
         """The log-decay g (B, Hkv, T, D) (fixed: a broadcast view of one value per head), or None."""
@@ -173,8 +188,9 @@ class LinearFamilyAttention(Attention):
             return self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D)
         return None
 
-    def recur(self, q, k, v, g, pos, cache):
-        """The recurrence over this call's tokens, from the cache's state (if any), updating it."""
+    def recur(self, q, k, v, g, pos, cache, past=None):
+        """The recurrence over this call's tokens, from the cache's state (if any), updating it (and the
+        convolution's window of past inputs, if any)."""
         state, scale = (cache.state if cache is not None and cache.pos > 0 else None), self.head_dim ** -0.5
         if self.pair:  # the softmax pair becomes GLA's inputs (kernels/gla_chunked.py)
             q, k, g, state, tail = softmax_pair_inputs(q, k, g, state)
@@ -186,16 +202,18 @@ class LinearFamilyAttention(Attention):
             o, state = self._full_sequence_gla(q.device)(q, k, v, g, scale=scale, initial_state=state,
                                                          output_final_state=cache is not None)
         if cache is not None:
-            cache.update(torch.cat([state, tail], dim=-1) if self.pair else state, q.size(2))
+            state = torch.cat([state, tail], dim=-1) if self.pair else state
+            cache.update(state, q.size(2)) if past is None else cache.update(state, fp32(past), q.size(2))
         return o
 
     def forward(self, x, pos, cache=None):
         B, T, _ = x.shape
-        q, k, v, r = self.project(x, pos)
+        past = cache.conv if cache is not None and self.conv_weight is not None else None   # None: zeros
+        q, k, v, r, past = self.project(x, pos, past)
         g = self.decay(x)
         if self.sum_normalised:  # a channel of ones: its output is the normaliser phi(q_t) . sum_j phi(k_j)
             v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
-        o = self.recur(q, k, v, g, pos, cache)
+        o = self.recur(q, k, v, g, pos, cache, past)
         if self.sum_normalised:
             o = o[..., :self.head_dim] / (o[..., self.head_dim:] + SUM_EPS)
         # the norm in the residual stream's dtype (fp32 under bf16 autocast: RMSNorm's fused kernel
@@ -232,17 +250,22 @@ class LinearFamilyAttention(Attention):
         return functools.partial(chunk_gla, chunk_size=self.chunk)
 
     def init_cache(self, batch_size, max_len, device, dtype):
-        """One fp32 state per KV head; max_len is not needed (the state never grows)."""
-        return StateCache((batch_size, self.n_kv_head, self.head_dim, self.state_dim), device)
+        """One fp32 state per KV head (and the convolution's window); max_len is not needed (neither grows)."""
+        shape = (batch_size, self.n_kv_head, self.head_dim, self.state_dim)
+        if self.conv_weight is None:
+            return StateCache(shape, device)
+        return ConvStateCache(shape, (batch_size, self.conv_size - 1, self.conv_weight.size(0)), device)
 
     def keys_per_query(self, seq_len: int) -> None:
         return None  # reads a state, not keys
 
     def chunked_flops(self, intra_keys: float) -> float:
         """Training FLOPs per token of the chunked form: q.k and A.v over intra_keys keys of its chunk
-        (2*D each per query head), q.S and the state update k^T v (2*D*D per query head / per KV head)."""
+        (2*D each per query head), q.S and the state update k^T v (2*D*D per query head / per KV head),
+        the convolution (2 per tap and channel of q, k and v)."""
         D = self.head_dim
-        return 3 * (4 * self.n_head * D * intra_keys + 2 * (self.n_head + self.n_kv_head) * D * D)
+        conv = 2 * self.conv_size * (self.n_head + 2 * self.n_kv_head) * D
+        return 3 * (4 * self.n_head * D * intra_keys + 2 * (self.n_head + self.n_kv_head) * D * D + conv)
 
     def attn_flops_per_token(self, seq_len: int) -> float:
         """As computed: within its chunk a query reads only the earlier keys (A is lower triangular),
@@ -257,5 +280,7 @@ class LinearFamilyAttention(Attention):
         return 0  # constant state: see cache_state_elems
 
     def cache_state_elems(self) -> int:
-        """Elements of this layer's decoding state for batch 1, whatever the length."""
-        return self.n_kv_head * self.head_dim * self.state_dim
+        """Elements of this layer's decoding state for batch 1, whatever the length: the state and the
+        convolution's last gla_conv - 1 inputs of q, k and v."""
+        window = max(self.conv_size - 1, 0) * (self.n_head + 2 * self.n_kv_head) * self.head_dim
+        return self.n_kv_head * self.head_dim * self.state_dim + window

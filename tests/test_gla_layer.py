@@ -214,23 +214,30 @@ def make_model(pos_encoding="rope", gla_gate="data", gla_feature_map="identity",
     return model
 
 
-MODEL_CASES = [  # pos_encoding, gla_gate, gla_feature_map, n_kv_head
-    ("rope", "data", "identity", 4),
-    ("none", "data", "elu", 2),
-    ("rope", "none", "elu", 4),
-    ("none", "none", "identity", 1),
-    ("rope", "data", "elu", 2),
+MODEL_CASES = [  # pos_encoding, gla_gate, gla_feature_map, n_kv_head, gla_conv
+    ("rope", "data", "identity", 4, 0),
+    ("none", "data", "elu", 2, 0),
+    ("rope", "none", "elu", 4, 0),
+    ("none", "none", "identity", 1, 0),
+    ("rope", "data", "elu", 2, 0),
+    ("rope", "data", "identity", 4, 4),     # fla's use_short_conv
+    ("none", "data", "elu", 2, 3),
 ]
 
 
 def reference_layer(attn, x, pos_encoding, feature_map):
-    """The layer from its weights, per head: phi, RoPE by 2x2 rotations, the decay
+    """The layer from its weights, per head: the short convolution (F.conv1d over the left-padded
+    sequence, then SiLU) on q, k and v if the layer has one, phi, RoPE by 2x2 rotations, the decay
     logsigmoid(W2 W1 x + b) / 16, the reference recurrence, RMSNorm, silu gate, c_proj."""
     B, T, _ = x.shape
     H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
     W = attn.c_attn.weight
-    q_w, k_w = W[:H * D], W[H * D:(H + Hkv) * D]
-    v_w, r_w = W[(H + Hkv) * D:(H + 2 * Hkv) * D], W[(H + 2 * Hkv) * D:]
+    proj = x @ W[:(H + 2 * Hkv) * D].T                                       # (B, T, (H + 2 Hkv) D)
+    if attn.conv_weight is not None:
+        K = attn.conv_weight.size(1)
+        padded = F.pad(proj.transpose(1, 2), (K - 1, 0))                     # (B, channels, K - 1 + T)
+        proj = F.silu(F.conv1d(padded, attn.conv_weight[:, None], groups=proj.size(-1))).transpose(1, 2)
+    r_w = W[(H + 2 * Hkv) * D:]
     phi = (lambda t: F.elu(t) + 1) if feature_map == "elu" else (lambda t: t)
     ang = torch.arange(T)[:, None].double() * (10000.0 ** (-torch.arange(0, D, 2).double() / D))
     c, s = ang.cos().float(), ang.sin().float()
@@ -241,9 +248,12 @@ def reference_layer(attn, x, pos_encoding, feature_map):
         e, o = t[..., 0::2], t[..., 1::2]
         return torch.stack((e * c - o * s, e * s + o * c), dim=-1).flatten(-2)
 
-    q = torch.stack([rot(phi(x @ q_w[h * D:(h + 1) * D].T)) for h in range(H)], dim=1)     # (B, H, T, D)
-    k = torch.stack([rot(phi(x @ k_w[h * D:(h + 1) * D].T)) for h in range(Hkv)], dim=1)
-    v = torch.stack([x @ v_w[h * D:(h + 1) * D].T for h in range(Hkv)], dim=1)
+    def head(i):                                                             # (B, T, D)
+        return proj[..., i * D:(i + 1) * D]
+
+    q = torch.stack([rot(phi(head(h))) for h in range(H)], dim=1)            # (B, H, T, D)
+    k = torch.stack([rot(phi(head(H + h))) for h in range(Hkv)], dim=1)
+    v = torch.stack([head(H + Hkv + h) for h in range(Hkv)], dim=1)
     g = None
     if attn.gk_proj is not None:
         w1, w2, b2 = attn.gk_proj[0].weight, attn.gk_proj[1].weight, attn.gk_proj[1].bias
@@ -255,10 +265,10 @@ def reference_layer(attn, x, pos_encoding, feature_map):
     return o.reshape(B, T, H * D) @ attn.c_proj.weight.T
 
 
-@pytest.mark.parametrize("pos_encoding,gla_gate,feature_map,n_kv_head", MODEL_CASES)
-def test_layer_matches_reference(pos_encoding, gla_gate, feature_map, n_kv_head):
+@pytest.mark.parametrize("pos_encoding,gla_gate,feature_map,n_kv_head,gla_conv", MODEL_CASES)
+def test_layer_matches_reference(pos_encoding, gla_gate, feature_map, n_kv_head, gla_conv):
     assert GATE_NORMALIZER == 16
-    attn = make_model(pos_encoding, gla_gate, feature_map, n_kv_head).h[0].attn
+    attn = make_model(pos_encoding, gla_gate, feature_map, n_kv_head, gla_conv=gla_conv).h[0].attn
     x = torch.randn(2, 20, 32)
     with torch.no_grad():
         got = attn(x, torch.arange(20))
@@ -266,9 +276,9 @@ def test_layer_matches_reference(pos_encoding, gla_gate, feature_map, n_kv_head)
     assert rel_err(got, want) <= 1e-5
 
 
-@pytest.mark.parametrize("pos_encoding,gla_gate,feature_map,n_kv_head", MODEL_CASES)
-def test_cached_decoding_equals_full_forward(pos_encoding, gla_gate, feature_map, n_kv_head):
-    model = make_model(pos_encoding, gla_gate, feature_map, n_kv_head)
+@pytest.mark.parametrize("pos_encoding,gla_gate,feature_map,n_kv_head,gla_conv", MODEL_CASES)
+def test_cached_decoding_equals_full_forward(pos_encoding, gla_gate, feature_map, n_kv_head, gla_conv):
+    model = make_model(pos_encoding, gla_gate, feature_map, n_kv_head, gla_conv=gla_conv)
     idx = torch.randint(0, 65, (2, 30), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full, _ = model(idx)
@@ -280,8 +290,9 @@ def test_cached_decoding_equals_full_forward(pos_encoding, gla_gate, feature_map
             assert caches[0].pos == 30
 
 
-def test_decode_state_does_not_grow():
-    model = make_model("rope", "data", "identity", 2)
+@pytest.mark.parametrize("gla_conv", [0, 4])
+def test_decode_state_does_not_grow(gla_conv):
+    model = make_model("rope", "data", "identity", 2, gla_conv=gla_conv)
     assert model.cache_elems_per_token() == 0
     caches = model.init_caches(1, 8)
 
@@ -297,7 +308,8 @@ def test_decode_state_does_not_grow():
             tok = logits[:, -1].argmax(-1, keepdim=True)
             if n in (10, 1000):
                 sizes[n] = measured()
-    per_layer = 2 * 8 * 8  # n_kv_head * head_dim * head_dim
+    # n_kv_head * head_dim * head_dim, and the conv's last 3 inputs of q (4 heads), k and v (2 each) of 8
+    per_layer = 2 * 8 * 8 + (3 * (4 + 2 * 2) * 8 if gla_conv else 0)
     assert sizes[10] == sizes[1000] == (2 * per_layer, 2 * per_layer * 4)   # 2 layers, fp32
     assert all(b.attn.cache_state_elems() == per_layer for b in model.h)
     assert caches[0].pos == 1005 and torch.isfinite(logits).all()
@@ -309,6 +321,7 @@ def test_decode_state_does_not_grow():
     (dict(gla_gate="sigmoid"), "unknown gla_gate='sigmoid'; choose one of data, fixed, none"),
     (dict(gla_feature_map="softplus"), "unknown gla_feature_map='softplus'; choose one of identity, elu, relu"),
     (dict(gla_chunk=0), "gla_chunk=0 must be at least 1"),
+    (dict(gla_conv=-1), "gla_conv=-1 must be at least 0"),
     (dict(n_kv_head=3), "not divisible by n_kv_head"),
 ])
 def test_config_rejects_bad_values_in_one_line(kwargs, words):
