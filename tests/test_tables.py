@@ -11,6 +11,7 @@ import pytest
 from helpers import ROOT
 from tools import compare, stats, tables
 from tools.tables import extension, mqar, store, stored
+from tools.tables.source import fmt_sci
 
 
 @pytest.fixture()
@@ -116,6 +117,24 @@ def test_the_scorecards_recall_is_the_recall_runs_own_test_accuracy():
         assert readme[config][4] == f"{test_acc(name):.3f}"
         assert card[config][5] == f"{test_acc(name):.3f} (4)"
     assert readme["gla_nodecay"][4] == "-" and card["mha_gate"][5] == "-"
+
+
+def test_the_convolution_table_reads_each_stored_run_and_the_byte_formula():
+    """docs/linear.md's 2 x 2 (width 64: 2 layers, 4 heads of 16): bytes are the state (H D D fp32 per
+    layer) plus, with 4 taps, the last 3 inputs of q, k and v (3 x 3 H D fp32 per layer); learning rates
+    and accuracies are each stored run's own summary.json and test_eval.json."""
+    H, D, layers = 4, 16, 2
+    state, window = layers * H * D * D * 4, layers * 3 * 3 * H * D * 4
+    want = set()
+    for folder, configs in mqar.CONV_RUNS.items():
+        for config in configs:
+            run = os.path.join(ROOT, "docs/results/recall", folder, f"{config}-s1")
+            with open(os.path.join(run, "summary.json")) as f, open(os.path.join(run, "test_eval.json")) as g:
+                lr, acc = json.load(f)["learning_rate"], json.load(g)[0]["test_acc"]
+            conv = config in ("gla_conv", "deltanet", "gated_deltanet")
+            want.add((config, f"{state + window * conv:,}", fmt_sci(lr), f"{acc:.3f}"))
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in mqar.conv_ablation(ROOT)[2:]]
+    assert {(r[0], r[3], r[4], r[5]) for r in rows} == want and len(rows) == len(want)
 
 
 @pytest.mark.parametrize("summary, expected", [({"kv_cache_bytes_per_token": 4096, "dtype": "float32"}, 2048),

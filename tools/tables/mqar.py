@@ -9,7 +9,7 @@ import os
 
 from attention import VARIANTS
 from tools import compare, recall
-from tools.tables.source import fmt_sci, md_table, results_dir, study
+from tools.tables.source import fmt_sci, md_table, model_of, results_dir, study
 from trainer.rundir import Run
 
 VARIANTS_ORDER = list(VARIANTS)
@@ -134,6 +134,35 @@ def mqar_layout(root):
                      for r in study(root, "mqar_layout")["rows"]])
 
 
+# docs/linear.md's 2 x 2 at 64 tokens, 4 pairs, width 64, seed 1: {add and decay, the delta rule} x {no
+# convolution over time, 4 taps}; each stored sweep folder and the configs it holds, a row per run
+CONV_RUNS = {"tune-w64-t64-p4": ("gla", "deltanet", "gated_deltanet"),
+             "noconv-w64-t64-p4": ("deltanet_noconv", "gated_deltanet_noconv"),
+             "noconv-lr3e-3-w64-t64-p4": ("deltanet_noconv", "gated_deltanet_noconv"),
+             "glaconv-lr0.001-w64-t64-p4": ("gla_conv",),
+             "glaconv-lr0.003-w64-t64-p4": ("gla_conv",),
+             "glaconv-lr0.01-w64-t64-p4": ("gla_conv",)}
+
+
+def conv_ablation(root):
+    """The runs of CONV_RUNS: state update, taps of the convolution over time, bytes kept after one row,
+    learning rate, test accuracy and the step val accuracy reached stop_val_acc; rows by (taps, update)."""
+    rows = []
+    for folder, configs in CONV_RUNS.items():
+        for config in configs:
+            s = Run(os.path.join(results_dir(root, "recall"), folder, f"{config}-s1")).results
+            m = model_of(f"config/recall/{config}.py")
+            cfg = m.config
+            taps = cfg.gla_conv if cfg.attention == "gla" else cfg.delta_conv if cfg.delta_conv > 1 else 0
+            reached = s.get("target_reached_iter")
+            rows.append([config, "delta rule" if "delta" in cfg.attention else "add and decay",
+                         taps or "none", f"{m.cache_elems_per_seq(64) * 2 + m.cache_state_elems() * 4:,}",
+                         fmt_sci(s["learning_rate"]), f"{s['test_acc']:.3f}", f"{reached:,}" if reached else "-"])
+    rows.sort(key=lambda r: (r[2] != "none", r[1], r[0], float(r[4])))
+    return md_table(["config", "state update", "conv taps", "bytes kept / sequence", "learning rate",
+                     "test accuracy", "val 0.99 at step"], rows)
+
+
 RUNGS = ("mha4", "linear", "retnet", "gla", "deltanet", "gated_deltanet", "deltanet_noconv",
          "gated_deltanet_noconv", "gla_mha", "gdn_mha")
 TABLES = {
@@ -146,4 +175,5 @@ TABLES = {
     "recall-study-w128": lambda root: study_table(root, 128),
     # docs/linear.md: the linear family's rungs, the delta rule and the hybrids, mha4 first for reference
     "recall-rungs-w64": lambda root: study_table(root, 64, RUNGS),
+    "recall-conv": conv_ablation,
 }
