@@ -203,7 +203,10 @@ class LinearFamilyAttention(Attention):
                                                          output_final_state=cache is not None)
         if cache is not None:
             state = torch.cat([state, tail], dim=-1) if self.pair else state
-            cache.update(state, q.size(2)) if past is None else cache.update(state, fp32(past), q.size(2))
+            if past is None:
+                cache.update(state, q.size(2))
+            else:                                                      # ConvStateCache: the window too
+                cache.update(state, fp32(past), q.size(2))
         return o
 
     def forward(self, x, pos, cache=None):

@@ -66,9 +66,14 @@ def run_row(run_dir):
     return {"config": compare.config_name(run.name), "width": model.config.n_embd,
             "cell": (row_len, mqar["num_pairs"]), "seed": summary.get("seed"), "acc": summary.get(key),
             "metric": key, "steps": summary.get("target_reached_iter"),
-            "bytes": model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4,
+            "bytes": bytes_kept(model, row_len),
             "params": model.num_params(), "data": data,
             "reach": run_reach(run_dir, model, data, row_len, trained)}
+
+
+def bytes_kept(model, row_len):
+    """What the model keeps per sequence after a row: its cache in bf16 plus its constant state in fp32."""
+    return model.cache_elems_per_seq(row_len) * 2 + model.cache_state_elems() * 4
 
 
 def run_reach(run_dir, model, data, row_len, trained):

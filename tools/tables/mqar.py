@@ -156,7 +156,7 @@ def conv_ablation(root):
             taps = cfg.gla_conv if cfg.attention == "gla" else cfg.delta_conv if cfg.delta_conv > 1 else 0
             reached = s.get("target_reached_iter")
             rows.append([config, "delta rule" if "delta" in cfg.attention else "add and decay",
-                         taps or "none", f"{m.cache_elems_per_seq(64) * 2 + m.cache_state_elems() * 4:,}",
+                         taps or "none", f"{recall.bytes_kept(m, 64):,}",
                          fmt_sci(s["learning_rate"]), f"{s['test_acc']:.3f}", f"{reached:,}" if reached else "-"])
     rows.sort(key=lambda r: (r[2] != "none", r[1], r[0], float(r[4])))
     return md_table(["config", "state update", "conv taps", "bytes kept / sequence", "learning rate",
