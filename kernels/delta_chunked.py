@@ -112,15 +112,60 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
     k_out = kc if decay_out is None else kc * decay_out
 
     # Steps 3-4: chunk by chunk
-    S = q.new_zeros(B, H, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
-    outs = []
-    # unbind, not [:, :, n]: autograd then returns each tensor's gradient in one stack, where every
-    # indexing would fill and copy a zero tensor of the whole (B, H, N, C, .) in the backward pass
-    per_chunk = [t.unbind(2) for t in (U, W, q_in, scores, k_out.transpose(-1, -2))]
-    lasts = [1.0] * N if g is None else b[..., -1].exp()[..., None, None].unbind(2)   # exp(b_last) per chunk
-    for U_n, W_n, q_n, scores_n, kT_n, last in zip(*per_chunk, lasts):
-        u = U_n - W_n @ S                                                 # (B, H, C, Dv)
-        outs.append(q_n @ S + scores_n @ u)
-        S = last * S + kT_n @ u
-    o = torch.stack(outs, dim=2).view(B, H, N * C, Dv)[:, :, :T]
+    S0 = q.new_zeros(B, H, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
+    lasts = None if g is None else b[..., -1].exp()                      # exp(b_last) per chunk (B, H, N)
+    o, S = StatePass.apply(U, W, q_in, scores, k_out, lasts, S0)
+    o = o.view(B, H, N * C, Dv)[:, :, :T]
     return o.to(q.dtype), (S if output_final_state else None)
+
+
+class StatePass(torch.autograd.Function):
+    """Steps 3-4 of chunk_delta_rule, with the backward written out. Only the state recurrence is
+    sequential; every other product is batched over the N chunks, forward and backward:
+
+        forward   u_n = U_n - W_n S_n              S_{n+1} = last_n S_n + K_n^T u_n   (n = 0 .. N-1)
+                  O = Q S_in + scores u            (all chunks at once; S_in: the states entering them)
+        backward  G_N = dS_N;  for n = N-1 .. 0:   du_n = scores_n^T dO_n + K_n G_{n+1}
+                                                   G_n  = Q_n^T dO_n + last_n G_{n+1} - W_n^T du_n
+                  dU = du,  dW = -du S_in^T,  dQ = dO S_in^T,  dscores = dO u^T,
+                  dK = u G_out^T,  dlast_n = <G_{n+1}, S_n>,  dS_0 = G_0
+
+    Autograd through the loop would record four products per chunk and replay eight; here the loop
+    holds two products each way, and the rest are one batched product per tensor.
+    U (B, H, N, C, Dv), W, Q, K (B, H, N, C, Dk), scores (B, H, N, C, C), lasts (B, H, N) or None,
+    S0 (B, H, Dk, Dv). Returns O (B, H, N, C, Dv) and the final state."""
+
+    @staticmethod
+    def forward(ctx, U, W, Q, scores, K, lasts, S0):
+        S, entering, corrected = S0, [], []
+        lasts_n = [None] * U.size(2) if lasts is None else lasts[..., None, None].unbind(2)
+        for U_n, W_n, K_n, last in zip(U.unbind(2), W.unbind(2), K.unbind(2), lasts_n):
+            entering.append(S)
+            u = U_n - W_n @ S                                                  # (B, H, C, Dv)
+            corrected.append(u)
+            S = (S if last is None else last * S) + K_n.transpose(-1, -2) @ u
+        S_in, u = torch.stack(entering, dim=2), torch.stack(corrected, dim=2)   # (B,H,N,Dk,Dv), (B,H,N,C,Dv)
+        ctx.save_for_backward(W, Q, scores, K, lasts, S_in, u)
+        return Q @ S_in + scores @ u, S
+
+    @staticmethod
+    def backward(ctx, dO, dS):
+        W, Q, scores, K, lasts, S_in, u = ctx.saved_tensors
+        N = u.size(2)
+        dO = dO.contiguous()
+        du_direct = scores.transpose(-1, -2) @ dO                          # (B, H, N, C, Dv)
+        dS_direct = Q.transpose(-1, -2) @ dO                               # (B, H, N, Dk, Dv)
+        G = torch.zeros_like(S_in[:, :, 0]) if dS is None else dS
+        du, leaving = [None] * N, [None] * N                                # leaving[n] = G_{n+1}
+        for n in range(N - 1, -1, -1):
+            leaving[n] = G
+            du[n] = du_direct[:, :, n] + K[:, :, n] @ G
+            G = dS_direct[:, :, n] + (G if lasts is None else lasts[:, :, n, None, None] * G) \
+                - W[:, :, n].transpose(-1, -2) @ du[n]
+        du, G_out = torch.stack(du, dim=2), torch.stack(leaving, dim=2)
+        dW = -(du @ S_in.transpose(-1, -2))
+        dQ = dO @ S_in.transpose(-1, -2)
+        dscores = dO @ u.transpose(-1, -2)
+        dK = u @ G_out.transpose(-1, -2)
+        dlasts = None if lasts is None else (G_out * S_in).sum(dim=(-1, -2))
+        return du, dW, dQ, dscores, dK, dlasts, G

@@ -246,3 +246,34 @@ def test_unit_lower_inverse_equals_the_dense_inverse(n):
     g_got, = torch.autograd.grad((got * w).sum(), A)
     g_want, = torch.autograd.grad((want * w).sum(), A)
     torch.testing.assert_close(g_got.tril(-1), g_want.tril(-1), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("taps", [1, 2, 4])
+def test_short_conv_equals_conv1d_in_outputs_and_gradients(taps):
+    """causal_conv (its written-out backward under autograd, the plain sum without) against float64
+    F.conv1d over [past | x], left to right, then SiLU: outputs, the next past, and the gradients of
+    x, the weights and the past."""
+    from attention.short_conv import causal_conv
+    g = torch.Generator().manual_seed(taps)
+    B, T, C = 2, 9, 5
+    x, w, past = torch.randn(B, T, C, generator=g), torch.randn(C, taps, generator=g), torch.randn(B, taps - 1, C,
+                                                                                                   generator=g)
+    w_out = torch.randn(B, T, C, generator=g)
+
+    def run(fn, dtype):
+        leaves = [t.to(dtype).requires_grad_() for t in (x, w, past)]
+        y, nxt = fn(*leaves)
+        (y * w_out.to(dtype)).sum().backward()
+        return y.detach().double(), nxt.detach().double(), [t.grad.double() for t in leaves]
+
+    def reference(x, w, past):
+        full = torch.cat([past, x], dim=1).transpose(1, 2)                  # (B, C, K-1+T)
+        return F.silu(F.conv1d(full, w[:, None], groups=C)).transpose(1, 2), torch.cat([past, x], 1)[:, T:]
+
+    want_y, want_next, want_grads = run(reference, torch.float64)
+    got_y, got_next, got_grads = run(causal_conv, torch.float32)
+    assert torch.allclose(got_y, want_y, atol=1e-5) and torch.equal(got_next, want_next.float().double())
+    for got, want in zip(got_grads, want_grads):
+        assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    with torch.no_grad():
+        assert torch.allclose(causal_conv(x, w, past)[0].double(), want_y, atol=1e-5)
