@@ -105,6 +105,8 @@ TABLES = {
     "speed-nanogpt-learned": bench("nanogpt_learned", nanogpt.markdown),
     "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
     "speed-cpu-delta": bench("cpu_delta", cpu.markdown),
+    "speed-cpu-delta-pass-before": bench("cpu_delta_pass_before", cpu.markdown),
+    "speed-cpu-delta-pass-after": bench("cpu_delta_pass_after", cpu.markdown),
     "speed-decode": decode_before_after,
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
