@@ -114,15 +114,15 @@ def study_cell(g):
     return text + (f"; step {g['steps']:,.0f}" if g["steps"] is not None else "")
 
 
-def study_table(root, width, configs=None):
-    """The recall study at one width (docs/results/recall/study/recall.json, tools.recall's groups): a row
-    per config (of configs, or all) in the order tools.recall was given them, a column per cell, the
-    chance row last."""
-    with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
+def study_table(root, width, configs=None, folder="study", fmt=study_cell):
+    """The recall study at one width (docs/results/recall/<folder>/recall.json, tools.recall's groups): a
+    row per config (of configs, or all) in the order tools.recall was given them, a column per cell, the
+    chance row last; fmt renders a cell (recall.cell: with the paired Δ to the first config)."""
+    with open(os.path.join(results_dir(root, "recall"), folder, "recall.json")) as f:
         groups = json.load(f)
     runs = [g for g in groups if g["config"] != "chance" and (configs is None or g["config"] in configs)]
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
-    rows = recall.width_rows(runs, [g for g in groups if g["config"] == "chance"], width, cells, study_cell)
+    rows = recall.width_rows(runs, [g for g in groups if g["config"] == "chance"], width, cells, fmt)
     return md_table(["config", "params", "bytes kept / sequence", *(f"{t} tokens, {p} pairs" for t, p in cells)], rows)
 
 
@@ -176,4 +176,6 @@ TABLES = {
     # docs/linear.md: the linear family's rungs, the delta rule and the hybrids, mha4 first for reference
     "recall-rungs-w64": lambda root: study_table(root, 64, RUNGS),
     "recall-conv": conv_ablation,
+    # docs/linear.md: GLA with the convolution against the delta rule as pairs grow (tools.recall --out crowd)
+    "recall-crowd": lambda root: study_table(root, 64, folder="crowd", fmt=recall.cell),
 }
