@@ -155,7 +155,7 @@ class StatePass(torch.autograd.Function):
         dO = dO.contiguous()
         du_direct = scores.transpose(-1, -2) @ dO                          # (B, H, N, C, Dv)
         dS_direct = Q.transpose(-1, -2) @ dO                               # (B, H, N, Dk, Dv)
-        G = torch.zeros_like(S_in[:, :, 0]) if dS is None else dS
+        G = dS                                      # autograd materialises it (zeros when S is unused)
         du, leaving = [None] * N, [None] * N                                # leaving[n] = G_{n+1}
         for n in range(N - 1, -1, -1):
             leaving[n] = G
