@@ -5,8 +5,10 @@ them together."""
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -322,6 +324,23 @@ def test_sweep_matches_params_and_flops_tunes_lr_and_reports_on_test(test_split_
     r2 = run_sweep(test_split_root, out, "--seeds=1,2", "--match=params,flops", "--lr_grid=1e-3,1e-2",
                    "--lr_fraction=0.5", *GPU_TIER_ON_CPU, configs=GPU_TIER)
     assert r2.returncode == 2 and len(r2.stderr.strip().splitlines()) == 1 and "lr_grid" in r2.stderr
+
+
+def test_sweep_cut_short_keeps_the_test_evaluation_of_its_finished_runs(test_split_root, tmp_path):
+    """Each run is evaluated on test as it finishes: a sweep stopped during its second run leaves the
+    first one's test_eval.json (evaluating only at the end of the sweep would lose it)."""
+    out = tmp_path / "cut"
+    cmd = [sys.executable, "-m", "tools.sweep", "config/mha.py", "config/gla.py", f"--out={out}",
+           f"--data_dir={test_split_root}", "--seeds=1", *SWEEP_TINY]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "gla-s1" / "train.log").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0 and not (out / "gla-s1" / "test_eval.json").exists()
+    evaluated = json.loads((out / "mha-s1" / "test_eval.json").read_text())
+    assert evaluated[0]["length"] == 16 and evaluated[0]["test_loss"] > 0
 
 
 def test_sweep_match_time_probes_each_config(test_split_root, tmp_path):

@@ -26,9 +26,9 @@ A fair comparison (the first config is the reference; tools/budget.py does the a
 OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused.
 --jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
 throughput probe of --match=time always runs alone.
-When the dataset has a test split (prepare.py --test_fraction), every finished run is
-evaluated on all of it (tools.eval --split=test, the run's best.pt: selected on val) into
-RUN/test_eval.json, and the report's paired statistics use it.
+When the dataset has a test split (prepare.py --test_fraction), every run is evaluated on all
+of it as it finishes (tools.eval --split=test, the run's best.pt: selected on val; a sweep
+stopped midway keeps it) into RUN/test_eval.json, and the report's paired statistics use it.
 At the end OUT/report.md and OUT/report.png (compare.py) group the seeds of each config.
 
 Exit status: 0 all runs finished; 1 some run failed (the others still ran; see its
@@ -278,9 +278,10 @@ def last_error_line(run_dir):
     return (errors or lines or ["(no output)"])[-1]
 
 
-def train_runs(runner, runs, label="", jobs=1):
+def train_runs(runner, runs, label="", jobs=1, on_finish=None):
     """Train [(config, seed, run_dir, overrides)], up to `jobs` at a time, in order: skip the
-    finished, resume the rest. Returns the names of the runs that failed; exits 2 when a run
+    finished, resume the rest; on_finish(run) follows each run that finishes, before the next starts
+    (so a sweep cut short keeps it). Returns the names of the runs that failed; exits 2 when a run
     refuses its input."""
     max_iters = {run_dir: parse_keys([c, *ov])["max_iters"] for c, _, run_dir, ov in runs}
     remaining = {run_dir: max(0, max_iters[run_dir] - iters_done(run_dir)) if run_state(run_dir) != "finished" else 0
@@ -299,7 +300,7 @@ def train_runs(runner, runs, label="", jobs=1):
             failed.append(name)
             continue
         while len(active) >= jobs:
-            reap(runner, active, remaining, failed, clock)
+            reap(runner, active, remaining, failed, clock, on_finish)
         runner.stop_if_signalled()
         s_per_iter = clock["s"] / clock["iters"] if clock["iters"] else None
         run_eta = s_per_iter and s_per_iter * remaining[run_dir]
@@ -308,17 +309,17 @@ def train_runs(runner, runs, label="", jobs=1):
               f"({remaining[run_dir]} iters left) | run ETA {fmt_duration(run_eta)} | "
               f"sweep ETA {fmt_duration(sweep_eta)}", flush=True)
         child = runner.start(train_cmd(config, seed, run_dir, overrides, state), os.path.join(run_dir, "train.log"))
-        active[child] = (name, run_dir, time.time())
+        active[child] = (name, run_dir, time.time(), (config, seed, run_dir, overrides))
     while active:
-        reap(runner, active, remaining, failed, clock)
+        reap(runner, active, remaining, failed, clock, on_finish)
     runner.stop_if_signalled()
     return failed
 
 
-def reap(runner, active, remaining, failed, clock):
+def reap(runner, active, remaining, failed, clock, on_finish=None):
     """Wait until one of the active runs ends, and account for it."""
     while True:
-        for child, (name, run_dir, t0) in list(active.items()):
+        for child, (name, run_dir, t0, run) in list(active.items()):
             rc = runner.finished(child)
             if rc is None:
                 continue
@@ -331,6 +332,8 @@ def reap(runner, active, remaining, failed, clock):
             else:
                 clock["s"] += time.time() - t0
                 clock["iters"] += remaining[run_dir]
+                if on_finish:
+                    on_finish(run)
             remaining[run_dir] = 0
             return
         time.sleep(0.2)
@@ -535,9 +538,12 @@ def main(argv=None):
     # seed-major order: a sweep cut short still has every config at the first seeds
     runs = [(c, s, os.path.join(out, f"{stem(c)}-s{s}"), [*overrides, *plan["configs"][stem(c)]["overrides"]])
             for s in opts["seeds"] for c in configs]
-    failed = train_runs(runner, runs, jobs=opts["jobs"])
+    on_test = has_test_split(configs[0], overrides)
+    # each run is evaluated as it finishes; the pass after catches runs finished by an earlier sweep
+    failed = train_runs(runner, runs, jobs=opts["jobs"],
+                        on_finish=(lambda run: evaluate_on_test(runner, [run])) if on_test else None)
     done = [run for run in runs if run_state(run[2]) == "finished"]
-    if done and has_test_split(configs[0], overrides):
+    if done and on_test:
         evaluate_on_test(runner, done)
     report_runs([run_dir for _, _, run_dir, _ in done], out)
     if failed:
