@@ -133,6 +133,17 @@ def test_a_run_another_process_trains_is_skipped_not_fatal(data_root, tmp_path):
 
 
 
+def test_a_plan_resumes_with_its_configs_in_any_order_unless_a_budget_is_matched():
+    """Without --match a sweep's configs are a set; with it the first is the reference, so order counts."""
+    from tools.sweep import same_inputs
+    plan = {"configs": ["a.py", "b.py"], "overrides": [], "match": [], "lr_grid": None}
+    assert same_inputs(plan, {**plan, "configs": ["b.py", "a.py"]})
+    assert not same_inputs(plan, {**plan, "configs": ["a.py", "c.py"]})
+    assert not same_inputs(plan, {**plan, "configs": ["a.py"]})
+    matched = {**plan, "match": ["params"]}
+    assert same_inputs(matched, matched) and not same_inputs(matched, {**matched, "configs": ["b.py", "a.py"]})
+
+
 @pytest.mark.parametrize("extra, words", [(["--n_embd=33"], "n_embd"), (["--no_such_key=1"], "no_such_key"),
                                           (["--seed=3"], "seeds")])
 def test_sweep_refuses_bad_input_before_training(data_root, tmp_path, capsys, extra, words):

@@ -23,7 +23,8 @@ A fair comparison (the first config is the reference; tools/budget.py does the a
                       val accuracy), then the seeds run at it (min_lr keeps its ratio to learning_rate)
   --lr_from=PLAN      each config at the learning rate an earlier sweep's --lr_grid chose for it (that
                       sweep's OUT/plan.json): tune once at one cell of a study, then keep the rates
-OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused.
+OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused (the
+configs' order counts only under --match, whose first config is the reference).
 --jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
 throughput probe of --match=time always runs alone.
 When the dataset has a test split (prepare.py --test_fraction), every run is evaluated on all
@@ -350,6 +351,15 @@ def plan_inputs(configs, opts, overrides):
     return {**inputs, "lr_from": opts["lr_from"]} if opts["lr_from"] else inputs  # older plans have no such key
 
 
+def same_inputs(old, new) -> bool:
+    """Whether a plan made with `old` inputs serves `new`. The configs' order matters only to a matched
+    budget (the first config is the reference); otherwise a sweep resumes with its configs in any order."""
+    if not new["match"] and isinstance(old.get("configs"), list):
+        old = {**old, "configs": sorted(old["configs"])}
+        new = {**new, "configs": sorted(new["configs"])}
+    return old == new
+
+
 def load_plan(out, inputs):
     """OUT/plan.json of an earlier invocation with the same inputs, a fresh plan, or a refusal."""
     path = os.path.join(out, PLAN)
@@ -357,7 +367,7 @@ def load_plan(out, inputs):
         return {"inputs": inputs, "configs": {}}
     with open(path) as f:
         plan = json.load(f)
-    if plan.get("inputs") != inputs:
+    if not same_inputs(plan.get("inputs", {}), inputs):
         old = plan.get("inputs", {})
         diff = [k for k in inputs if old.get(k) != inputs[k]]
         fail(f"{out} holds a sweep made with other settings ({', '.join(diff)} differ: {path}); re-run it with "
