@@ -265,6 +265,7 @@ def plot(groups, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups if g["config"] != "chance"})
     fig, axes = plt.subplots(1, len(cells), figsize=(4.2 * len(cells) + 1.6, 4.0), squeeze=False, sharey=True)
     # 20 distinct colours and a marker per family kind: 14 configs overrun matplotlib's 10-colour cycle
@@ -281,12 +282,20 @@ def plot(groups, path):
         for g in here:
             if g["config"] == "chance":
                 ax.axhline(g["acc"], color="k", lw=0.8, ls=":", label="chance")
-        ax.set(xscale="log", title=f"{t} tokens, {p} pairs", xlabel="bytes kept per sequence (cache bf16 + state fp32)")
+        ax.set(xscale="log", title=f"{t} tokens, {p} pairs", xlabel="KiB kept per sequence (cache bf16 + state fp32)")
+        # powers of two, labelled in KiB: the sizes are powers of two, and log10's minor labels overlap
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=2))
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _: f"{x / 1024:g}"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("MQAR accuracy (mean over seeds)")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))   # beside the panels, not over points
-    fig.tight_layout()
+    # one legend for every config of every panel, beside the panels, not over points
+    legend = {}
+    for ax in axes[0]:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    fig.tight_layout(rect=(0, 0, 1 - 1.4 / fig.get_figwidth(), 1))
+    fig.legend(legend.values(), legend.keys(), fontsize=7, loc="upper right")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
