@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import train
 from helpers import ROOT, train_args
@@ -169,7 +170,20 @@ def test_the_pairs_a_window_leaves_out_are_counted_from_the_files(study, tmp_pat
               for row, answers in zip(x, y) for q in np.flatnonzero(answers != -1)]
     assert 0 < sum(inside) < len(inside)
     assert groups["swa"]["reach"]["field"] == pytest.approx(np.mean(inside))
-    assert groups["mha"]["reach"] == {"field": 1, "direct": 1, "ceiling": 1}
+    # what the window costs the trained run: its accuracy on the queries inside and outside, from its
+    # own predictions (argmax of the logits at each query) split by the window counted above
+    model, _ = Run(str(study[6])).load_model("cpu")
+    with torch.no_grad():
+        pred = model(torch.from_numpy(x.astype(np.int64)))[0].argmax(-1).numpy()
+    right = np.array([pred[r, q] == y[r, q] for r in range(len(y)) for q in np.flatnonzero(y[r] != -1)])
+    inside = np.array(inside)
+    assert groups["swa"]["reach"]["acc_direct"] == pytest.approx(right[inside].mean())
+    assert groups["swa"]["reach"]["acc_outside"] == pytest.approx(right[~inside].mean())
+    assert groups["swa"]["reach"]["acc_indirect"] is None          # one layer: in the window is a direct read
+    dense = groups["mha"]["reach"]
+    assert {k: dense[k] for k in ("field", "direct", "ceiling")} == {"field": 1, "direct": 1, "ceiling": 1}
+    assert dense["acc_indirect"] is None and dense["acc_outside"] is None   # every query is read directly
+    assert (study[6] / "reach.json").exists() and not (study[0] / "reach.json").exists()
     text = (tmp_path / "recall.md").read_text()
     table = text[text.index("Queries the pattern lets reach"):]
     assert "| swa | " in table and "| mha | " not in table
@@ -182,15 +196,15 @@ def test_a_content_chosen_reach_is_kept_with_the_run(study, tmp_path):
     root = study[0].parent.parent.parent
     run = mqar_run(root, 2, "moba-s1", "--attention=moba", "--sparse_block=4", "--moba_topk=1")
     model, _ = Run(str(run)).load_model("cpu")
-    want = reach.reach(model, str(root / "p2"), 16, observe=True)
-    assert want["field"] is not None
+    want = reach.reach(model, str(root / "p2"), 16, observe=True, accuracy=True)
+    assert want["field"] is not None and want["acc_direct"] is not None
     recall.main([str(run), "--out", str(tmp_path / "trained")])
     assert json.loads((run / "reach.json").read_text()) == want
     store.store(str(run.parent), "kept", configs=["moba"], root=str(tmp_path))
     stored = tmp_path / "docs" / "results" / "kept" / "moba-s1"
     assert (stored / "reach.json").exists() and not list(stored.glob("*.pt"))
     lost = kept([run], tmp_path / "no-reach")[0]   # summary and test evaluation only
-    for folder, counts in ((stored, want), (lost, dict.fromkeys(want))):
+    for folder, counts in ((stored, want), (lost, dict.fromkeys(("field", "direct", "ceiling")))):
         recall.main([str(folder), "--out", str(tmp_path / folder.parent.name)])
         group, = [g for g in json.loads((tmp_path / folder.parent.name / "recall.json").read_text())
                   if g["config"] == "moba"]

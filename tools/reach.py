@@ -23,6 +23,8 @@ content-chosen layer (MoBA) is known only from a trained model's forward on the 
 reach(..., observe=True), which tools.recall uses for runs that still have their checkpoint. There
 the field is the tokens its chosen blocks let it attend to; the choice itself (q . mean(k) over every
 earlier block) also carries information, so for MoBA it is not a bound on what can be answered.
+For a trained model, reach(..., accuracy=True) also gives what the pattern costs it: its accuracy on
+the direct, the in-field-only and the outside queries (tools.recall, beside the counts).
 """
 import functools
 import json
@@ -117,27 +119,45 @@ def best_guess(sees, k_pos, v_pos, row_pairs, row, vocab_size):
     return 1 / (vocab_size - half - len(set(row[sees & (row >= half)].tolist())))
 
 
-def reach(model, folder, row_len, split="test", observe=False):
+def reach(model, folder, row_len, split="test", observe=False, accuracy=False):
     """{"field", "direct", "ceiling"}: fractions of the split's queries (ceiling an accuracy). Where a
     layer's keys depend on content: each None, or with observe (a trained model) what its forward chose
-    on each row."""
+    on each row. accuracy (a trained model): also what the pattern costs it, its accuracy on the
+    queries of each class (acc_direct, acc_indirect: in the field without a direct read, acc_outside;
+    None where a class is empty)."""
     patterns = layer_patterns(model, row_len)
     if patterns is None and not observe:
         return dict.fromkeys(("field", "direct", "ceiling"))
-    tokens = read_split(folder, split, row_len)[0]
+    tokens, targets = read_split(folder, split, row_len)
     if patterns is None:
         patterns = observed_patterns(model, torch.from_numpy(tokens.astype(np.int64)))
     field, last = receptive_field(patterns), patterns[-1]
-    direct = in_field = ceiling = 0.0
+    ceiling, classes = 0.0, []
     rows = queries(folder, split, row_len)
     for r, q, k_pos, v_pos, row_pairs in rows:
         sees, seen_last = field[r if len(field) > 1 else 0][q], last[r if len(last) > 1 else 0][q]
-        if sees[k_pos] and sees[v_pos]:
-            direct += bool(seen_last[v_pos])
-            in_field += 1
+        in_field = sees[k_pos] and sees[v_pos]
+        classes.append("outside" if not in_field else "direct" if seen_last[v_pos] else "indirect")
         ceiling += best_guess(sees, k_pos, v_pos, row_pairs, tokens[r], model.config.vocab_size)
-    n = len(rows)
-    return {"direct": direct / n, "field": in_field / n, "ceiling": ceiling / n}
+    classes, n = np.array(classes), len(rows)
+    out = {"direct": float(np.mean(classes == "direct")), "field": float(np.mean(classes != "outside")),
+           "ceiling": ceiling / n}
+    if accuracy:
+        right = answered(model, tokens, targets)
+        out.update({f"acc_{c}": float(right[classes == c].mean()) if (classes == c).any() else None
+                    for c in ("direct", "indirect", "outside")})
+    return out
+
+
+@torch.no_grad()
+def answered(model, tokens, targets, batch=100):
+    """bool per counted query, row-major as queries() lists them: the model's top token is the answer."""
+    right = []
+    for i in range(0, len(tokens), batch):
+        logits, _ = model(torch.from_numpy(tokens[i:i + batch].astype(np.int64)))
+        y = targets[i:i + batch]
+        right.append(logits.argmax(-1).numpy()[y != -1] == y[y != -1])
+    return np.concatenate(right)
 
 
 def config_model(path, overrides, vocab_size):

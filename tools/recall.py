@@ -22,8 +22,9 @@ meta.json instead, so runs of several sessions combine. Per group:
             (GPT.cache_elems_per_seq at the row length) plus its constant state in fp32
   reach     tools/reach.py's counts over the test rows, for the configs whose pattern leaves some
             query's pair out (field / direct read / accuracy ceiling); MoBA's from the blocks its
-            trained forward chose (a run with its checkpoint; written to the run's reach.json, which a
-            folder kept without checkpoints is read from), averaged over seeds
+            trained forward chose; and what that costs a trained run, its accuracy on the queries of
+            each class (a run with its checkpoint; written to the run's reach.json, which a folder
+            kept without checkpoints is read from), averaged over seeds
 A chance row per cell: guessing uniformly among the row's values, computed from the dataset's files
 (1/P in Zoology's layout, where no answer is ever in the input). recall.md (one table per width),
 recall.json (one object per group) and recall.png (accuracy against bytes kept, one panel per cell,
@@ -77,18 +78,18 @@ def bytes_kept(model, row_len):
 
 
 def run_reach(run_dir, model, data, row_len, trained):
-    """tools.reach's counts over the test rows (None without them). A content-chosen pattern (MoBA) is
-    counted from the blocks the trained forward chose, and that observation is written to the run's
-    reach.json, where a folder kept without checkpoints finds it again."""
+    """tools.reach's counts over the test rows (None without them). A trained run is counted with its
+    accuracy per class of query (what its pattern costs it), and a content-chosen pattern (MoBA) from
+    the blocks its forward chose; where content chooses or the pattern leaves some pair out (limits),
+    that is written to the run's reach.json, where a folder kept without checkpoints finds it again."""
     kept = os.path.join(run_dir, REACH)
-    content_chosen = reach.layer_patterns(model, row_len) is None
-    if content_chosen and not trained and os.path.isfile(kept):
+    if not trained and os.path.isfile(kept):
         with open(kept) as f:
             return json.load(f)
     if not has_split(data, "test"):
         return None
-    counts = reach.reach(model, data, row_len, observe=trained)
-    if content_chosen and trained:
+    counts = reach.reach(model, data, row_len, observe=trained, accuracy=trained)
+    if trained and (limits(counts) or reach.layer_patterns(model, row_len) is None):
         write_json_atomic(counts, kept)
     return counts
 
@@ -192,13 +193,16 @@ def cell(g):
 
 
 def mean_reach(reaches):
-    """The seeds' reach averaged (a fixed pattern's is the same for every seed; MoBA's, observed, is not);
-    content-chosen (None values) when any seed has no observation; None without files."""
+    """The seeds' reach averaged (a fixed pattern's is the same for every seed; MoBA's, observed, is not;
+    an accuracy None where some seed lacks it); content-chosen (None values) when any seed has no
+    observation; None without files."""
     known = [r for r in reaches if r is not None]
     unobserved = [r for r in known if r["field"] is None]
     if not known or unobserved:
         return unobserved[0] if unobserved else None
-    return {k: statistics.fmean(r[k] for r in known) for k in known[0]}
+    keys = dict.fromkeys(k for r in known for k in r)
+    return {k: statistics.fmean(r[k] for r in known) if all(r.get(k) is not None for r in known) else None
+            for k in keys}
 
 
 def reach_cell(r):
@@ -213,16 +217,29 @@ def limits(r):
     return r is not None and (r["field"] is None or min(r["field"], r["direct"]) < 1)
 
 
+def cost_cell(r):
+    """A trained run's accuracy on its direct / in-field-only / outside queries ('-' for an empty class)."""
+    if r is None or "acc_direct" not in r:
+        return "-"
+    return " / ".join("-" if r.get(k) is None else f"{r[k]:.3f}" for k in ("acc_direct", "acc_indirect", "acc_outside"))
+
+
 def reach_table(configs, mine, cells):
-    """The configs whose pattern limits some query in some cell (limits)."""
+    """The configs whose pattern limits some query in some cell (limits): the counts, then what the
+    trained runs scored on each class of query."""
     short = [c for c in configs if any(limits((mine.get((c, t, p)) or {}).get("reach")) for t, p in cells)]
     if not short:
         return []
-    head = "| config | " + " | ".join(f"{t} tokens, {p} pairs" for t, p in cells) + " |"
-    return (["Queries the pattern lets reach their pair (tools.reach: field / direct / ceiling):", "",
-             head, "|" + "---|" * (1 + len(cells))]
-            + [f"| {c} | " + " | ".join(reach_cell((mine.get((c, t, p)) or {}).get("reach")) for t, p in cells) + " |"
-               for c in short] + [""])
+    head = ["| config | " + " | ".join(f"{t} tokens, {p} pairs" for t, p in cells) + " |",
+            "|" + "---|" * (1 + len(cells))]
+
+    def rows(fmt):
+        return [f"| {c} | " + " | ".join(fmt((mine.get((c, t, p)) or {}).get("reach")) for t, p in cells) + " |"
+                for c in short]
+    return (["Queries the pattern lets reach their pair (tools.reach: field / direct / ceiling):", "", *head,
+             *rows(reach_cell), "", "What that costs the trained runs: accuracy on the queries read directly / "
+             "in the field only / outside it (from checkpoints; '-': none of that class or no checkpoint):", "",
+             *head, *rows(cost_cell), ""])
 
 
 def width_rows(groups, chance, width, cells, fmt=cell):
