@@ -248,6 +248,25 @@ def test_the_reach_table_keeps_the_configs_a_pattern_limits(tmp_path):
                          "| moba | content-chosen | content-chosen |"]
 
 
+def test_the_reach_cost_table_splits_a_limited_run_by_query_class(tmp_path):
+    """A group whose pattern leaves pairs out and whose reach kept accuracies gets a row: share and accuracy
+    per class (in the field only = field - direct, outside = 1 - field); others get none."""
+    def group(config, reach):
+        return {"config": config, "width": 64, "row_len": 64, "pairs": 16, "acc": 0.5, "reach": reach}
+    accs = {"acc_direct": 0.9, "acc_indirect": 0.4, "acc_outside": 0.01}
+    groups = [group("mha4", {"field": 1, "direct": 1, "ceiling": 1, "acc_direct": 0.8, "acc_indirect": None,
+                             "acc_outside": None}),
+              group("bigbird", {"field": 0.75, "direct": 0.5, "ceiling": 0.8, **accs}),
+              group("swa", {"field": 0.25, "direct": 0.25, "ceiling": 0.3, **accs, "acc_indirect": None}),
+              group("kept", {"field": 0.5, "direct": 0.5, "ceiling": 0.6})]   # counted without a checkpoint
+    (tmp_path / "docs/results/recall/study").mkdir(parents=True)
+    (tmp_path / "docs/results/recall/study/recall.json").write_text(json.dumps(groups))
+    lines = mqar.reach_cost(str(tmp_path))
+    cell = "| 64 | 64 tokens, 16 pairs | 0.500 |"
+    assert lines[2:] == [f"| bigbird {cell} 0.500: 0.900 | 0.250: 0.400 | 0.250: 0.010 | 0.800 |",
+                         f"| swa {cell} 0.250: 0.900 | - | 0.750: 0.010 | 0.300 |"]
+
+
 def test_a_stored_sweep_restores_into_a_fresh_folder_without_touching_what_is_there(tmp_path):
     """store() keeps the runs and the lr/ probes; restore() copies back those the sweep folder lacks,
     byte for byte, and leaves a run the folder already has as it is."""

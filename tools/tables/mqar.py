@@ -126,6 +126,24 @@ def study_table(root, width, configs=None, folder="study", fmt=study_cell):
     return md_table(["config", "params", "bytes kept / sequence", *(f"{t} tokens, {p} pairs" for t, p in cells)], rows)
 
 
+def reach_cost(root):
+    """What a sparse pattern costs the trained runs (the study's recall.json, reach kept from their
+    checkpoints): per config, width and cell where the pattern leaves some pair out, the share of queries
+    in each class and the runs' accuracy on it."""
+    with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
+        groups = [g for g in json.load(f) if recall.limits(g.get("reach")) and "acc_direct" in g["reach"]]
+
+    def share_acc(r, share, acc):
+        return "-" if r[acc] is None else f"{share:.3f}: {r[acc]:.3f}"   # None: no query of that class
+    return md_table(["config", "width", "cell", "test accuracy", "read directly: share, accuracy",
+                     "in the field only", "outside the field", "ceiling"],
+                    [[g["config"], g["width"], f"{g['row_len']} tokens, {g['pairs']} pairs", f"{g['acc']:.3f}",
+                      share_acc(g["reach"], g["reach"]["direct"], "acc_direct"),
+                      share_acc(g["reach"], g["reach"]["field"] - g["reach"]["direct"], "acc_indirect"),
+                      share_acc(g["reach"], 1 - g["reach"]["field"], "acc_outside"),
+                      f"{g['reach']['ceiling']:.3f}"] for g in groups])
+
+
 def mqar_layout(root):
     """Binding-free strategies on the old files and on Zoology's layout, against chance 1/P."""
     return md_table(["rows", "pairs", "strategy (binding-free)", "old files", "Zoology's layout (now)", "chance 1/P"],
@@ -171,6 +189,7 @@ TABLES = {
     "recall-anchor-seeds": anchor_seeds,
     "recall-tune-status": tune_status,
     "recall-reach": reach,
+    "recall-reach-cost": reach_cost,
     "recall-study-w64": lambda root: study_table(root, 64),
     "recall-study-w128": lambda root: study_table(root, 128),
     # docs/linear.md: the linear family's rungs, the delta rule and the hybrids, mha4 first for reference
