@@ -154,9 +154,9 @@ def answered(model, tokens, targets, batch=100):
     """bool per counted query, row-major as queries() lists them: the model's top token is the answer."""
     right = []
     for i in range(0, len(tokens), batch):
-        logits, _ = model(torch.from_numpy(tokens[i:i + batch].astype(np.int64)))
-        y = targets[i:i + batch]
-        right.append(logits.argmax(-1).numpy()[y != -1] == y[y != -1])
+        x, y = (torch.from_numpy(a[i:i + batch].astype(np.int64)) for a in (tokens, targets))
+        logits, _ = model(x, y, counted_only=True)        # (N, V): the counted positions, row-major
+        right.append((logits.argmax(-1) == y[y != -1]).numpy())
     return np.concatenate(right)
 
 

@@ -310,7 +310,7 @@ def train_runs(runner, runs, label="", jobs=1, on_finish=None):
               f"({remaining[run_dir]} iters left) | run ETA {fmt_duration(run_eta)} | "
               f"sweep ETA {fmt_duration(sweep_eta)}", flush=True)
         child = runner.start(train_cmd(config, seed, run_dir, overrides, state), os.path.join(run_dir, "train.log"))
-        active[child] = (name, run_dir, time.time(), (config, seed, run_dir, overrides))
+        active[child] = (name, time.time(), (config, seed, run_dir, overrides))
     while active:
         reap(runner, active, remaining, failed, clock, on_finish)
     runner.stop_if_signalled()
@@ -320,8 +320,8 @@ def train_runs(runner, runs, label="", jobs=1, on_finish=None):
 def reap(runner, active, remaining, failed, clock, on_finish=None):
     """Wait until one of the active runs ends, and account for it."""
     while True:
-        for child, (name, run_dir, t0, run) in list(active.items()):
-            rc = runner.finished(child)
+        for child, (name, t0, run) in list(active.items()):
+            rc, run_dir = runner.finished(child), run[2]
             if rc is None:
                 continue
             del active[child]
