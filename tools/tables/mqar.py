@@ -194,6 +194,7 @@ TABLES = {
     "recall-study-w128": lambda root: study_table(root, 128),
     # docs/linear.md: the linear family's rungs, the delta rule and the hybrids, mha4 first for reference
     "recall-rungs-w64": lambda root: study_table(root, 64, RUNGS),
+    "recall-rungs-w128": lambda root: study_table(root, 128, RUNGS),
     "recall-conv": conv_ablation,
     # docs/linear.md: GLA with the convolution against the delta rule as pairs grow (tools.recall --out crowd)
     "recall-crowd": lambda root: study_table(root, 64, folder="crowd", fmt=recall.cell),
