@@ -16,6 +16,10 @@ if not torch.cuda.is_available():
 # Under pytest-xdist (-n N) each worker takes one core: tiny models run faster on one thread.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+# train.py's automatic thread count follows the machine's load (trainer/threads.py); with
+# OMP_NUM_THREADS set it keeps torch's, so the runs a test compares (a resumed run and its
+# uninterrupted twin) reduce in the same order, here and in the subprocesses tests start.
+os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
 from helpers import ROOT  # noqa: E402
 

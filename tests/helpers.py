@@ -60,10 +60,9 @@ def naive_gap(model, idx):
 
 
 def train_args(data_root, out_dir, *extra):
-    """Overrides for a tiny CPU run on the prepared data. One thread, fixed: the automatic
-    count follows the machine's load, and runs a test compares must reduce in the same order."""
+    """Overrides for a tiny CPU run on the prepared data."""
     return [os.path.join(ROOT, "config/base_shakespeare_char.py"), f"--data_dir={data_root}",
-            f"--out_dir={out_dir}", "--device=cpu", "--threads=1", "--n_layer=2", "--n_head=4", "--n_embd=32",
+            f"--out_dir={out_dir}", "--device=cpu", "--n_layer=2", "--n_head=4", "--n_embd=32",
             "--block_size=32", "--batch_size=8", "--eval_iters=5", "--log_interval=10",
             "--warmup_iters=5", "--learning_rate=1e-2", "--lr_decay_iters=100", *extra]
 

@@ -133,7 +133,7 @@ def hand_dataset(root):
 def tiny_run(root, out, *extra):
     return train.main(["--dataset=hand", f"--data_dir={root}", f"--out_dir={out}", "--device=cpu", "--n_layer=1",
                        "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=4", "--eval_iters=3",
-                       "--threads=1", "--log_interval=1", "--compile=False", *extra])
+                       "--log_interval=1", "--compile=False", *extra])
 
 
 def test_loss_and_accuracy_count_exactly_the_marked_targets(tmp_path):
@@ -181,7 +181,7 @@ def test_softmax_attention_learns_mqar_and_a_short_window_cannot(tmp_path):
     summary = {}
     for name, extra in (("mha", ["--stop_val_acc=0.95"]), ("swa", ["--attention=swa", "--sliding_window=2"])):
         train.main(["--dataset=mqar", f"--data_dir={tmp_path}", f"--out_dir={tmp_path / name}", "--device=cpu",
-                    "--threads=1", "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=16", "--batch_size=64",
+                    "--n_layer=2", "--n_head=2", "--n_embd=64", "--block_size=16", "--batch_size=64",
                     "--learning_rate=3e-3", "--min_lr=3e-4", "--weight_decay=0", "--warmup_iters=100",
                     "--max_iters=500", "--lr_decay_iters=500", "--eval_interval=50", "--eval_iters=8",
                     "--log_interval=500", "--compile=False", *extra])

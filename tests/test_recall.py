@@ -30,7 +30,7 @@ def mqar_run(root, pairs, name, *extra):
     """40 steps: past chance, so the accuracies (and their paired differences) are not all zero."""
     out = root / "runs" / f"p{pairs}" / name
     train.main([f"--dataset=p{pairs}", f"--data_dir={root}", f"--out_dir={out}", "--device=cpu", "--n_layer=1",
-                "--threads=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=16", "--max_iters=40",
+                "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=16", "--max_iters=40",
                 "--eval_interval=20", "--eval_iters=2", "--log_interval=20", "--learning_rate=1e-2",
                 "--lr_decay_iters=40", "--warmup_iters=5", "--compile=False", *extra])
     return out

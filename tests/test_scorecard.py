@@ -35,7 +35,7 @@ def mqar_run(tmp_path_factory):
                     "--num_pairs=2", "--vocab_size=32", "--num_train=200", "--num_val=50", "--num_test=0"], check=True)
     train.main(["--dataset=mqar", f"--data_dir={root}", f"--out_dir={root / 'runs' / 'mha-s1'}", "--device=cpu",
                 "--n_layer=1", "--n_head=2", "--n_embd=16", "--block_size=16", "--batch_size=8", "--max_iters=4",
-                "--threads=1", "--eval_interval=2", "--eval_iters=2", "--log_interval=2", "--compile=False"])
+                "--eval_interval=2", "--eval_iters=2", "--log_interval=2", "--compile=False"])
     return root / "runs" / "mha-s1"
 
 
