@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from attention.base import QKVAttention, attend, mean_keys_in_blocks
 from attention.positional import alibi_bias
+from kernels.gla_chunked import first_tokens
 
 
 def n_blocks_for(config) -> int:
@@ -259,7 +260,7 @@ class BlockSparseAttention(QKVAttention):
             probs = F.dropout(probs, p=dropout_p)
         y = probs.to(v.dtype) @ v                                                   # (B, Hkv, nb, G*blk, D)
         y = y.view(B, Hkv, nb, G, blk, D).transpose(2, 3).reshape(B, H, nb * blk, D)
-        return y[:, :, :T]
+        return first_tokens(y, T)
 
     # ---- decoding ----
     def init_cache(self, batch_size, max_len, device, dtype):

@@ -93,9 +93,10 @@ class DeltaNet(Attention):
         H, D = self.n_head, self.head_dim
         past = cache.conv if cache is not None else x.new_zeros(B, self.conv_size - 1, 3 * H * D)
         qkv, past = causal_conv(self.c_attn(x), self.conv_weight, past)
-        heads = qkv.view(B, T, 3 * H, D)                                                  # [q: H | k: H | v: H]
-        qk, = self.rope(pos, F.normalize(heads[:, :, :2 * H], dim=-1).transpose(1, 2))    # q and k at once
-        q, k, v = qk[:, :H], qk[:, H:], heads[:, :, 2 * H:].transpose(1, 2)               # (B, H, T, D)
+        # split, not slices (whose backward zeroes a copy of the whole input each: linear_family.project)
+        qk, v = qkv.view(B, T, 3 * H, D).split([2 * H, H], dim=2)                       # [q: H | k: H], [v: H]
+        qk, = self.rope(pos, F.normalize(qk, dim=-1).transpose(1, 2))                   # q and k at once
+        q, k, v = *qk.split([H, H], dim=1), v.transpose(1, 2)                           # (B, H, T, D)
         beta = torch.sigmoid(fp32(self.b_proj(x))).transpose(1, 2)                        # (B, H, T)
         if self.beta_scale != 1.0:
             beta = self.beta_scale * beta

@@ -166,17 +166,20 @@ class LinearFamilyAttention(Attention):
         B, T, _ = x.shape
         H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
         heads = self.c_attn(x).view(B, T, -1, D)                       # [q: H | k: Hkv | v: Hkv | r: H]
+        # split, never slices: a slice's backward writes its gradient into a zeroed copy of the whole
+        # input (one per slice, then summed); split's is one cat (~15% of GLA's CPU step at the recall shape)
+        qkv, r = heads.split([H + 2 * Hkv, H if self.gated else 0], dim=2)
         if self.conv_weight is not None:
-            qkv = heads[:, :, :H + 2 * Hkv].flatten(2)                   # (B, T, (H + 2 Hkv) D)
-            past = qkv.new_zeros(B, self.conv_size - 1, qkv.size(-1)) if past is None else past
-            qkv, past = causal_conv(qkv, self.conv_weight, past)
-            heads = torch.cat([qkv.view(B, T, -1, D), heads[:, :, H + 2 * Hkv:]], dim=2)
-        qk = heads[:, :, :H + Hkv].transpose(1, 2)
+            past = qkv.new_zeros(B, self.conv_size - 1, qkv[0, 0].numel()) if past is None else past
+            qkv, past = causal_conv(qkv.flatten(2), self.conv_weight, past)   # (B, T, (H + 2 Hkv) D)
+            qkv = qkv.view(B, T, -1, D)
+        qk, v = qkv.split([H + Hkv, Hkv], dim=2)
+        qk = qk.transpose(1, 2)
         if self.phi is not None:
             qk = self.phi(qk)
         qk, = self.rope(pos, qk)  # after phi, so q.k keeps RoPE's relative-position form
-        v = heads[:, :, H + Hkv:H + 2 * Hkv].transpose(1, 2)
-        return qk[:, :H], qk[:, H:], v, (heads[:, :, H + 2 * Hkv:] if self.gated else None), past
+        q, k = qk.split([H, Hkv], dim=1)
+        return q, k, v.transpose(1, 2), (r if self.gated else None), past
 
     def decay(self, x):
         """The log-decay g (B, Hkv, T, D) (fixed: a broadcast view of one value per head), or None."""
@@ -218,7 +221,8 @@ class LinearFamilyAttention(Attention):
             v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
         o = self.recur(q, k, v, g, pos, cache, past)
         if self.sum_normalised:
-            o = o[..., :self.head_dim] / (o[..., self.head_dim:] + SUM_EPS)
+            o, norm = o.split([self.head_dim, 1], dim=-1)
+            o = o / (norm + SUM_EPS)
         # the norm in the residual stream's dtype (fp32 under bf16 autocast: RMSNorm's fused kernel
         # wants its input and weight alike)
         o = self.o_norm(in_dtype(o, x.dtype)).transpose(1, 2)          # (B, T, H, D)

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from attention.base import QKVAttention, attend, mean_keys_in_blocks
 from attention.positional import alibi_bias
+from kernels.gla_chunked import first_tokens
 
 
 def block_gates(q, k, k_pos, q_pos, blk):
@@ -158,7 +159,8 @@ class MixtureOfBlockAttention(QKVAttention):
         qb = qp.view(B, H, nb, blk, D)
         s_own = ((qb * scale) @ kb.transpose(-1, -2)).float()                        # (B, H, nb, blk, blk)
         s_own = s_own.masked_fill(~torch.ones(blk, blk, dtype=torch.bool, device=q.device).tril(),
-                                  float("-inf")).view(B, H, nb * blk, blk)[:, :, :T]
+                                  float("-inf")).view(B, H, nb * blk, blk)
+        s_own = first_tokens(s_own, T)
         if self.alibi_slopes is not None:  # -m_h * (t - p) = -m_h * t + m_h * p for query t, key p
             rel = torch.arange(T, device=q.device)
             m = self.alibi_slopes.view(1, H, 1, 1)
@@ -171,9 +173,10 @@ class MixtureOfBlockAttention(QKVAttention):
         if self.attn_dropout > 0:
             probs = F.dropout(probs, p=self.attn_dropout)
         probs = probs.to(v.dtype)
-        y = torch.einsum("bhtn,bhtnd->bhtd", probs[..., :kk * blk], v_sel)
-        p_own = F.pad(probs[..., kk * blk:], (0, 0, 0, pad)).view(B, H, nb, blk, blk)
-        y_own = (p_own @ vb).view(B, H, nb * blk, D)[:, :, :T]
+        p_sel, p_own = probs.split([kk * blk, blk], dim=-1)   # split: one cat backward, no zeroed copies
+        y = torch.einsum("bhtn,bhtnd->bhtd", p_sel, v_sel)
+        p_own = F.pad(p_own, (0, 0, 0, pad)).view(B, H, nb, blk, blk)
+        y_own = first_tokens((p_own @ vb).view(B, H, nb * blk, D), T)
         return y + y_own
 
     def keys_per_query(self, seq_len: int) -> int:

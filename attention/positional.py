@@ -223,7 +223,9 @@ class RoPE:
         rotation = self.rotation(pos, xs[0].size(-1))                                   # (T, r/2)
         if r == xs[0].size(-1):
             return tuple(rotate_pairs(x, rotation) for x in xs)
-        return tuple(torch.cat([rotate_pairs(x[..., :r], rotation), x[..., r:]], dim=-1) for x in xs)
+        # split, not slices: one cat in the backward instead of a zeroed copy of x per slice
+        return tuple(torch.cat([rotate_pairs(a, rotation), b], dim=-1)
+                     for a, b in (x.split([r, x.size(-1) - r], dim=-1) for x in xs))
 
 
 # (RoPE, head_dim) -> (positions tensor, its version counter, rotation): RoPE.rotation's last lookup

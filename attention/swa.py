@@ -32,6 +32,7 @@ import torch
 
 from attention.base import QKVAttention, attend
 from attention.cache import RingCache
+from kernels.gla_chunked import first_tokens
 
 
 class SlidingWindowAttention(QKVAttention):
@@ -99,7 +100,7 @@ class SlidingWindowAttention(QKVAttention):
         rest = attend(fold(chunks(q, H)[:, :, 1:]), fold(pairs_k), fold(pairs_v), rel[W:], rel,
                       alibi_slopes=self.alibi_slopes, window=W, dropout_p=self.attn_dropout)
         rest = rest.view(B, n - 1, H, W, -1).transpose(1, 2).reshape(B, H, (n - 1) * W, -1)
-        return torch.cat([first, rest], dim=2)[:, :, :T]
+        return first_tokens(torch.cat([first, rest], dim=2), T)
 
     def init_cache(self, batch_size, max_len, device, dtype):
         return RingCache(batch_size, self.n_kv_head, self.window, max_len, self.head_dim, self.head_dim,

@@ -18,7 +18,7 @@ attention/dispatch.py records that PyTorch runs.
 """
 import torch
 
-from kernels.gla_chunked import fp32, in_dtype, in_fp32, time_chunks
+from kernels.gla_chunked import first_tokens, fp32, in_dtype, in_fp32, time_chunks
 
 
 @in_fp32
@@ -116,7 +116,7 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
     S0 = q.new_zeros(B, H, Dk, Dv, dtype=torch.float32) if initial_state is None else initial_state.float()
     lasts = None if g is None else b[..., -1].exp()                      # exp(b_last) per chunk (B, H, N)
     o, S = StatePass.apply(U, W, q_in, scores, k_out, lasts, S0)
-    o = o.view(B, H, N * C, Dv)[:, :, :T]
+    o = first_tokens(o.view(B, H, N * C, Dv), T)
     return o.to(q.dtype), (S if output_final_state else None)
 
 

@@ -50,6 +50,12 @@ def time_chunks(x: torch.Tensor, C: int) -> torch.Tensor:
     return x.view(x.size(0), x.size(1), x.size(2) // C, C, *x.shape[3:])
 
 
+def first_tokens(x: torch.Tensor, T: int) -> torch.Tensor:
+    """x[:, :, :T], time_chunks' padding dropped: no slice when there is none, since a slice's backward
+    writes its gradient into a zeroed copy of the whole input (on a CPU a fill and a copy of x's size)."""
+    return x if x.size(2) == T else x[:, :, :T]
+
+
 @in_fp32
 def recurrent_gla_step(q, k, v, g, state, scale=None):
     """One decoding step: q (B, H, 1, Dk); k (B, Hkv, 1, Dk); v (B, Hkv, 1, Dv); g (B, Hkv, 1, Dk) or
@@ -147,7 +153,7 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
 
     # Step 5: outputs = what the earlier chunks left in the state + the chunk itself.
     o = q_inter @ S_in[:, :, None] + o_intra
-    o = o.reshape(B, H, N * C, Dv)[:, :, :T].to(q.dtype)
+    o = first_tokens(o.reshape(B, H, N * C, Dv), T).to(q.dtype)
     return o, (S if output_final_state else None)
 
 
