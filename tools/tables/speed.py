@@ -101,6 +101,7 @@ TABLES = {
     "dtype256-paired": dtype_paired,
     "dtype256-means": dtype_means,
     "speed-cpu": bench("cpu", cpu.markdown),
+    "speed-cpu-xeon": bench("cpu_xeon", cpu.markdown),
     "speed-nanogpt": bench("nanogpt", nanogpt.markdown),
     "speed-nanogpt-learned": bench("nanogpt_learned", nanogpt.markdown),
     "speed-nanogpt-compile": bench("nanogpt_compile", nanogpt.markdown),
