@@ -181,6 +181,26 @@ def conv_ablation(root):
                      "test accuracy", "val 0.99 at step"], rows)
 
 
+def width_rates(root):
+    """Width 128, 64 tokens, 4 pairs: each config that ran at another rate (docs/results/recall/lr<rate>-w128-t64-p4)
+    beside its run at the width-64 rate (w128-t64-p4): learning rate, test accuracy, step to stop_val_acc."""
+    folder = results_dir(root, "recall")
+    others = sorted(glob.glob(os.path.join(folder, "lr*-w128-t64-p4", "*-s1")))
+    configs = sorted({os.path.basename(p).rsplit("-s", 1)[0] for p in others}, key=lambda c: (c != "mha4", c))
+    rows = []
+    for config in configs:
+        paths = [os.path.join(folder, "w128-t64-p4", f"{config}-s1")] + \
+            [p for p in others if os.path.basename(p) == f"{config}-s1"]
+        for path in paths:
+            if not os.path.isdir(path):
+                continue
+            s = Run(path).results
+            reached = s.get("target_reached_iter")
+            rows.append([config, fmt_sci(s["learning_rate"]) + (" (width 64's)" if "/w128-" in path else ""),
+                         f"{s['test_acc']:.3f}", f"{reached:,}" if reached else "-"])
+    return md_table(["config", "learning rate", "test accuracy", "val 0.99 at step"], rows)
+
+
 RUNGS = ("mha4", "linear", "retnet", "gla", "deltanet", "gated_deltanet", "deltanet_noconv",
          "gated_deltanet_noconv", "gla_mha", "gdn_mha")
 TABLES = {
@@ -192,6 +212,7 @@ TABLES = {
     "recall-reach-cost": reach_cost,
     "recall-study-w64": lambda root: study_table(root, 64),
     "recall-study-w128": lambda root: study_table(root, 128),
+    "recall-w128-rates": width_rates,
     # docs/linear.md: the linear family's rungs, the delta rule and the hybrids, mha4 first for reference
     "recall-rungs-w64": lambda root: study_table(root, 64, RUNGS),
     "recall-rungs-w128": lambda root: study_table(root, 128, RUNGS),
