@@ -209,3 +209,18 @@ def test_a_content_chosen_reach_is_kept_with_the_run(study, tmp_path):
         group, = [g for g in json.loads((tmp_path / folder.parent.name / "recall.json").read_text())
                   if g["config"] == "moba"]
         assert group["reach"] == (pytest.approx(counts) if counts["field"] is not None else counts)
+
+
+def test_a_seed_run_at_two_rates_counts_once_by_its_val_accuracy(study, tmp_path):
+    """The same config, cell and seed at two learning rates: the run of the better best val accuracy is
+    the cell's, even where the other's test accuracy is higher (selection on val, report on test)."""
+    first, second = kept([study[0]], tmp_path / "a") + kept([study[0]], tmp_path / "b")
+    for folder, lr, val, test in ((first, 3e-3, 0.40, 0.90), (second, 1e-3, 0.80, 0.70)):
+        summary = json.loads((folder / "summary.json").read_text())
+        summary.update(learning_rate=lr, best_val_acc=val, test_acc=test)
+        (folder / "summary.json").write_text(json.dumps(summary))
+    recall.main([str(first), str(second), "--out", str(tmp_path / "out")])
+    (group,) = [g for g in json.loads((tmp_path / "out" / "recall.json").read_text()) if g["config"] == "mha"]
+    assert group["n"] == 1 and group["acc"] == pytest.approx(0.70)
+    assert group["learning_rates"] == [1e-3] and group["rates_tried"] == 2
+    assert "at 0.001 (chosen on val of 2 rates)" in (tmp_path / "out" / "recall.md").read_text()

@@ -25,6 +25,8 @@ meta.json instead, so runs of several sessions combine. Per group:
             trained forward chose; and what that costs a trained run, its accuracy on the queries of
             each class (a run with its checkpoint; written to the run's reach.json, which a folder
             kept without checkpoints is read from), averaged over seeds
+A seed run at several learning rates in one cell (a rate that failed, then a lower one) counts once:
+the run of its best val accuracy (selection on val, the report on test), its rate named in the cell.
 A chance row per cell: guessing uniformly among the row's values, computed from the dataset's files
 (1/P in Zoology's layout, where no answer is ever in the input). recall.md (one table per width),
 recall.json (one object per group) and recall.png (accuracy against bytes kept, one panel per cell,
@@ -67,6 +69,7 @@ def run_row(run_dir):
     return {"config": compare.config_name(run.name), "width": model.config.n_embd,
             "cell": (row_len, mqar["num_pairs"]), "seed": summary.get("seed"), "acc": summary.get(key),
             "metric": key, "steps": summary.get("target_reached_iter"),
+            "val_acc": summary.get("best_val_acc"), "lr": summary.get("learning_rate"),
             "bytes": bytes_kept(model, row_len),
             "params": model.num_params(), "data": data,
             "reach": run_reach(run_dir, model, data, row_len, trained)}
@@ -141,10 +144,25 @@ def interval(values):
     return (min(values), max(values)) if values else None
 
 
+def select_on_val(rows):
+    """One run per config, width, cell and seed: where a seed ran at several learning rates (a rate that
+    failed, then a lower one), the run of the best val accuracy (ties: the first given). Each kept row
+    records how many rates its seed tried; the test accuracy plays no part in the choice."""
+    best = {}
+    for r in rows:
+        key = (r["config"], r["width"], r["cell"], r["seed"])
+        tried = best[key]["rates_tried"] + 1 if key in best else 1
+        if key not in best or (r["val_acc"] or 0.0) > (best[key]["val_acc"] or 0.0):
+            best[key] = r
+        best[key] = {**best[key], "rates_tried": tried}
+    return list(best.values())
+
+
 def group_rows(rows, solved=SOLVED):
     """[{config, width, row_len, pairs, n, acc, acc_interval, solved, steps, delta, delta_ci95, metric,
-    bytes_per_seq, params}] in order of appearance; delta is paired against the first config in the
-    same cell and width."""
+    bytes_per_seq, params, learning_rates}] in order of appearance, a seed's rates chosen on val
+    (select_on_val); delta is paired against the first config in the same cell and width."""
+    rows = select_on_val(rows)
     groups = {}
     for r in rows:
         groups.setdefault((r["config"], r["width"], r["cell"]), []).append(r)
@@ -162,7 +180,9 @@ def group_rows(rows, solved=SOLVED):
                     "steps": statistics.median(steps) if steps else None, "reached": len(steps),
                     "delta": paired and paired["mean"], "delta_ci95": paired and list(paired["ci95"]),
                     "metric": sorted({r["metric"] for r in runs}), "bytes_per_seq": runs[0]["bytes"],
-                    "params": runs[0]["params"], "reach": mean_reach([r["reach"] for r in runs])})
+                    "params": runs[0]["params"], "reach": mean_reach([r["reach"] for r in runs]),
+                    "learning_rates": sorted({r["lr"] for r in runs if r["lr"] is not None}),
+                    "rates_tried": max(r["rates_tried"] for r in runs)})
     return out
 
 
@@ -189,7 +209,14 @@ def cell(g):
         text += f"; stop_val_acc reached by {g['reached']}/{g['n']}, median step {g['steps']:,.0f}"
     if g["delta"] is not None:
         text += f"; Δ {stats.fmt_delta(g['delta'], g['delta_ci95'], 3)}"
-    return text
+    return text + rate_note(g)
+
+
+def rate_note(g):
+    """Where a seed tried more than one rate: the rate val chose."""
+    if g.get("rates_tried", 1) < 2:
+        return ""
+    return f"; at {'/'.join(f'{lr:g}' for lr in g['learning_rates'])} (chosen on val of {g['rates_tried']} rates)"
 
 
 def mean_reach(reaches):

@@ -111,7 +111,7 @@ def study_cell(g):
         return f"{g['acc']:.3f}"
     lo, hi = g["acc_interval"]
     text = f"{g['acc']:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if g["n"] > 1 else "") + f"; {g['solved']}/{g['n']}"
-    return text + (f"; step {g['steps']:,.0f}" if g["steps"] is not None else "")
+    return text + (f"; step {g['steps']:,.0f}" if g["steps"] is not None else "") + recall.rate_note(g)
 
 
 def study_table(root, width, configs=None, folder="study", fmt=study_cell):
