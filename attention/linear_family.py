@@ -167,7 +167,7 @@ class LinearFamilyAttention(Attention):
         H, Hkv, D = self.n_head, self.n_kv_head, self.head_dim
         heads = self.c_attn(x).view(B, T, -1, D)                       # [q: H | k: Hkv | v: Hkv | r: H]
         # split, never slices: a slice's backward writes its gradient into a zeroed copy of the whole
-        # input (one per slice, then summed); split's is one cat (~15% of GLA's CPU step at the recall shape)
+        # input (one per slice, then summed); split's is one cat (GLA's CPU step ~10% faster at the recall shape)
         qkv, r = heads.split([H + 2 * Hkv, H if self.gated else 0], dim=2)
         if self.conv_weight is not None:
             past = qkv.new_zeros(B, self.conv_size - 1, qkv[0, 0].numel()) if past is None else past
