@@ -170,8 +170,9 @@ class LinearFamilyAttention(Attention):
         # input (one per slice, then summed); split's is one cat (GLA's CPU step ~10% faster at the recall shape)
         qkv, r = heads.split([H + 2 * Hkv, H if self.gated else 0], dim=2)
         if self.conv_weight is not None:
-            past = qkv.new_zeros(B, self.conv_size - 1, qkv[0, 0].numel()) if past is None else past
-            qkv, past = causal_conv(qkv.flatten(2), self.conv_weight, past)   # (B, T, (H + 2 Hkv) D)
+            flat = qkv.flatten(2)                                          # (B, T, (H + 2 Hkv) D)
+            past = flat.new_zeros(B, self.conv_size - 1, flat.size(-1)) if past is None else past
+            qkv, past = causal_conv(flat, self.conv_weight, past)
             qkv = qkv.view(B, T, -1, D)
         qk, v = qkv.split([H + Hkv, Hkv], dim=2)
         qk = qk.transpose(1, 2)

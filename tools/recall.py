@@ -147,15 +147,14 @@ def interval(values):
 def select_on_val(rows):
     """One run per config, width, cell and seed: where a seed ran at several learning rates (a rate that
     failed, then a lower one), the run of the best val accuracy (ties: the first given). Each kept row
-    records how many rates its seed tried; the test accuracy plays no part in the choice."""
-    best = {}
+    records how many distinct rates its seed tried; the test accuracy plays no part in the choice."""
+    best, rates = {}, {}
     for r in rows:
         key = (r["config"], r["width"], r["cell"], r["seed"])
-        tried = best[key]["rates_tried"] + 1 if key in best else 1
+        rates.setdefault(key, set()).add(r["lr"])
         if key not in best or (r["val_acc"] or 0.0) > (best[key]["val_acc"] or 0.0):
             best[key] = r
-        best[key] = {**best[key], "rates_tried": tried}
-    return list(best.values())
+    return [{**r, "rates_tried": len(rates[key])} for key, r in best.items()]
 
 
 def group_rows(rows, solved=SOLVED):

@@ -189,14 +189,12 @@ def width_rates(root):
     configs = sorted({os.path.basename(p).rsplit("-s", 1)[0] for p in others}, key=lambda c: (c != "mha4", c))
     rows = []
     for config in configs:
-        paths = [os.path.join(folder, "w128-t64-p4", f"{config}-s1")] + \
-            [p for p in others if os.path.basename(p) == f"{config}-s1"]
+        base = os.path.join(folder, "w128-t64-p4", f"{config}-s1")   # the run at the width-64 rate
+        paths = ([base] if os.path.isdir(base) else []) + [p for p in others if os.path.basename(p) == f"{config}-s1"]
         for path in paths:
-            if not os.path.isdir(path):
-                continue
             s = Run(path).results
             reached = s.get("target_reached_iter")
-            rows.append([config, fmt_sci(s["learning_rate"]) + (" (width 64's)" if "/w128-" in path else ""),
+            rows.append([config, fmt_sci(s["learning_rate"]) + (" (width 64's)" if path == base else ""),
                          f"{s['test_acc']:.3f}", f"{reached:,}" if reached else "-"])
     return md_table(["config", "learning rate", "test accuracy", "val 0.99 at step"], rows)
 
