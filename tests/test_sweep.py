@@ -55,6 +55,14 @@ def test_sweep_trains_each_run_once_and_reports_seed_statistics(data_root, tmp_p
     assert {p: os.path.getmtime(p) for p in out.glob("*/ckpt.pt")} == mtimes
     assert (out / "report.md").read_text() == report
 
+    # a plain sweep grows by a config: only the new one trains, and the plan names all three
+    r3 = subprocess.run(sweep_cmd(data_root, out, ("config/mha.py", "config/mqa.py"), seeds="1"), cwd=ROOT,
+                        capture_output=True, text=True, check=False)
+    assert r3.returncode == 0, r3.stderr
+    assert "mha-s1: finished, skipped" in r3.stdout and "mqa-s1: training" in r3.stdout
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["inputs"]["configs"] == ["config/gqa.py", "config/mha.py", "config/mqa.py"]
+
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_killed_sweep_completes_when_rerun(data_root, tmp_path, jobs):
@@ -134,12 +142,19 @@ def test_a_run_another_process_trains_is_skipped_not_fatal(data_root, tmp_path):
 
 
 def test_a_plan_resumes_with_its_configs_in_any_order_unless_a_budget_is_matched():
-    """Without --match a sweep's configs are a set; with it the first is the reference, so order counts."""
+    """Without --match a sweep's configs are a set; with it the first is the reference, so order counts.
+    A plain sweep may grow by configs; one that tuned or borrowed rates may not (its configs were planned)."""
     from tools.sweep import same_inputs
     plan = {"configs": ["a.py", "b.py"], "overrides": [], "match": [], "lr_grid": None}
     assert same_inputs(plan, {**plan, "configs": ["b.py", "a.py"]})
-    assert not same_inputs(plan, {**plan, "configs": ["a.py", "c.py"]})
-    assert not same_inputs(plan, {**plan, "configs": ["a.py"]})
+    assert same_inputs(plan, {**plan, "configs": ["a.py", "c.py"]}) and same_inputs(plan, {**plan, "configs": ["a.py"]})
+    assert not same_inputs(plan, {**plan, "configs": ["a.py", "c.py"], "overrides": ["--n_embd=32"]})
+    tuned = {**plan, "lr_grid": [1e-3, 3e-3]}
+    assert same_inputs(tuned, {**tuned, "configs": ["b.py", "a.py"]})
+    assert not same_inputs(tuned, {**tuned, "configs": ["a.py", "c.py"]})
+    assert not same_inputs(tuned, {**tuned, "configs": ["a.py"]})
+    borrowed = {**plan, "lr_from": "x/plan.json"}
+    assert not same_inputs(borrowed, {**borrowed, "configs": ["a.py", "c.py"]})
     matched = {**plan, "match": ["params"]}
     assert same_inputs(matched, matched) and not same_inputs(matched, {**matched, "configs": ["b.py", "a.py"]})
 

@@ -24,7 +24,8 @@ A fair comparison (the first config is the reference; tools/budget.py does the a
   --lr_from=PLAN      each config at the learning rate an earlier sweep's --lr_grid chose for it (that
                       sweep's OUT/plan.json): tune once at one cell of a study, then keep the rates
 OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused (the
-configs' order counts only under --match, whose first config is the reference).
+configs' order counts only under --match, whose first config is the reference). A plain sweep
+(no --match, --lr_grid or --lr_from) plans each config alone, so a re-run may add configs.
 --jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
 throughput probe of --match=time always runs alone.
 When the dataset has a test split (prepare.py --test_fraction), every run is evaluated on all
@@ -353,11 +354,20 @@ def plan_inputs(configs, opts, overrides):
 
 def same_inputs(old, new) -> bool:
     """Whether a plan made with `old` inputs serves `new`. The configs' order matters only to a matched
-    budget (the first config is the reference); otherwise a sweep resumes with its configs in any order."""
+    budget (the first config is the reference); otherwise a sweep resumes with its configs in any order.
+    A plain sweep (no budget matched, no rate tuned or borrowed) plans each config alone, so it may
+    also grow or name a subset of its configs, as it may add seeds."""
+    if grows_freely(new) and isinstance(old.get("configs"), list):
+        return {**old, "configs": None} == {**new, "configs": None}
     if not new["match"] and isinstance(old.get("configs"), list):
         old = {**old, "configs": sorted(old["configs"])}
         new = {**new, "configs": sorted(new["configs"])}
     return old == new
+
+
+def grows_freely(inputs) -> bool:
+    """No stage of the plan looks at more than one config: configs may come and go."""
+    return not inputs["match"] and not inputs["lr_grid"] and not inputs.get("lr_from")
 
 
 def load_plan(out, inputs):
@@ -372,6 +382,8 @@ def load_plan(out, inputs):
         diff = [k for k in inputs if old.get(k) != inputs[k]]
         fail(f"{out} holds a sweep made with other settings ({', '.join(diff)} differ: {path}); re-run it with "
              "the same command, or give this one another --out")
+    if grows_freely(inputs):  # the plan names every config any invocation trained
+        plan["inputs"]["configs"] = sorted(set(plan["inputs"]["configs"]) | set(inputs["configs"]))
     return plan
 
 
