@@ -143,7 +143,7 @@ def test_a_run_another_process_trains_is_skipped_not_fatal(data_root, tmp_path):
 
 def test_a_plan_resumes_with_its_configs_in_any_order_unless_a_budget_is_matched():
     """Without --match a sweep's configs are a set; with it the first is the reference, so order counts.
-    A plain sweep may grow by configs; one that tuned or borrowed rates may not (its configs were planned)."""
+    A sweep may grow by configs, or borrow rates for more; one that tuned rates may not (tuned all at once)."""
     from tools.sweep import same_inputs
     plan = {"configs": ["a.py", "b.py"], "overrides": [], "match": [], "lr_grid": None}
     assert same_inputs(plan, {**plan, "configs": ["b.py", "a.py"]})
@@ -153,8 +153,9 @@ def test_a_plan_resumes_with_its_configs_in_any_order_unless_a_budget_is_matched
     assert same_inputs(tuned, {**tuned, "configs": ["b.py", "a.py"]})
     assert not same_inputs(tuned, {**tuned, "configs": ["a.py", "c.py"]})
     assert not same_inputs(tuned, {**tuned, "configs": ["a.py"]})
-    borrowed = {**plan, "lr_from": "x/plan.json"}
-    assert not same_inputs(borrowed, {**borrowed, "configs": ["a.py", "c.py"]})
+    borrowed = {**plan, "lr_from": "x/plan.json"}   # looked up per config
+    assert same_inputs(borrowed, {**borrowed, "configs": ["a.py", "c.py"]})
+    assert not same_inputs(borrowed, {**borrowed, "configs": ["a.py", "c.py"], "lr_from": "y/plan.json"})
     matched = {**plan, "match": ["params"]}
     assert same_inputs(matched, matched) and not same_inputs(matched, {**matched, "configs": ["b.py", "a.py"]})
 
@@ -251,6 +252,13 @@ def test_lr_from_trains_each_config_at_the_rate_an_earlier_plan_chose(data_root,
     for name, lr in (("mha", 2e-3), ("gqa", 5e-3)):
         summary = json.loads((tmp_path / "sw" / f"{name}-s1" / "summary.json").read_text())
         assert summary["learning_rate"] == pytest.approx(lr) and summary["settings"]["min_lr"] == pytest.approx(lr / 10)
+    # the sweep grows by a config: its rate is looked up then, the finished runs keep theirs
+    plan.write_text(json.dumps({"configs": {"mha": {"learning_rate": 9e-3}, "mqa": {"learning_rate": 3e-3}}}))
+    sweep.main([*sweep_cmd(data_root, tmp_path / "sw", ("config/mha.py", "config/mqa.py"), seeds="1", max_iters=2)[3:],
+                f"--lr_from={plan}", "--min_lr=1e-3"])
+    summary = json.loads((tmp_path / "sw" / "mqa-s1" / "summary.json").read_text())
+    assert summary["learning_rate"] == pytest.approx(3e-3)
+    assert json.loads((tmp_path / "sw" / "plan.json").read_text())["configs"]["mha"]["learning_rate"] == 2e-3
     plan.write_text(json.dumps({"configs": {"mha": {"learning_rate": 2e-3}}}))
     capsys.readouterr()
     with pytest.raises(SystemExit) as refused:

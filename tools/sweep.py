@@ -24,8 +24,8 @@ A fair comparison (the first config is the reference; tools/budget.py does the a
   --lr_from=PLAN      each config at the learning rate an earlier sweep's --lr_grid chose for it (that
                       sweep's OUT/plan.json): tune once at one cell of a study, then keep the rates
 OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused (the
-configs' order counts only under --match, whose first config is the reference). A plain sweep
-(no --match, --lr_grid or --lr_from) plans each config alone, so a re-run may add configs.
+configs' order counts only under --match, whose first config is the reference). A sweep
+without --match or --lr_grid plans each config alone, so a re-run may add configs or name fewer.
 --jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
 throughput probe of --match=time always runs alone.
 When the dataset has a test split (prepare.py --test_fraction), every run is evaluated on all
@@ -355,8 +355,8 @@ def plan_inputs(configs, opts, overrides):
 def same_inputs(old, new) -> bool:
     """Whether a plan made with `old` inputs serves `new`. The configs' order matters only to a matched
     budget (the first config is the reference); otherwise a sweep resumes with its configs in any order.
-    A plain sweep (no budget matched, no rate tuned or borrowed) plans each config alone, so it may
-    also grow or name a subset of its configs, as it may add seeds."""
+    A sweep with no budget matched and no rate tuned plans each config alone, so it may also grow or
+    name a subset of its configs, as it may add seeds."""
     if grows_freely(new) and isinstance(old.get("configs"), list):
         return {**old, "configs": None} == {**new, "configs": None}
     if not new["match"] and isinstance(old.get("configs"), list):
@@ -366,8 +366,9 @@ def same_inputs(old, new) -> bool:
 
 
 def grows_freely(inputs) -> bool:
-    """No stage of the plan looks at more than one config: configs may come and go."""
-    return not inputs["match"] and not inputs["lr_grid"] and not inputs.get("lr_from")
+    """No stage of the plan looks at more than one config (a matched budget has a reference, a tuned
+    rate a stage run for all at once; a borrowed rate is looked up per config): configs may come and go."""
+    return not inputs["match"] and not inputs["lr_grid"]
 
 
 def load_plan(out, inputs):
@@ -519,9 +520,9 @@ def make_plan(runner, configs, opts, overrides):
     if opts["lr_grid"] and not plan.get("tuned"):
         tune_learning_rates(runner, configs, overrides, plan, opts)
         plan["tuned"] = True
-    if opts["lr_from"] and not plan.get("tuned"):
-        rates_from_plan(configs, overrides, plan, opts["lr_from"])
-        plan["tuned"] = True
+    borrow = [c for c in configs if "lr_from" not in plan["configs"][stem(c)]]   # per config: a sweep may grow
+    if opts["lr_from"] and borrow:
+        rates_from_plan(borrow, overrides, plan, opts["lr_from"])
     save_plan(out, plan)
     return plan
 
