@@ -182,21 +182,27 @@ def conv_ablation(root):
 
 
 def width_rates(root):
-    """Width 128, 64 tokens, 4 pairs: each config that ran at another rate (docs/results/recall/lr<rate>-w128-t64-p4)
-    beside its run at the width-64 rate (w128-t64-p4): learning rate, test accuracy, step to stop_val_acc."""
+    """Width 128, 64-token rows: each config that ran at another rate (docs/results/recall/lr<rate>-w128-t64-p<P>)
+    beside its run at the width-64 rate (w128-t64-p<P>): pairs, learning rate, test accuracy, step to stop_val_acc."""
     folder = results_dir(root, "recall")
-    others = sorted(glob.glob(os.path.join(folder, "lr*-w128-t64-p4", "*-s1")))
+    cells = sorted({int(p.rsplit("-p", 1)[1]) for p in glob.glob(os.path.join(folder, "lr*-w128-t64-p*"))})
+    return md_table(["pairs", "config", "learning rate", "test accuracy", "val 0.99 at step"],
+                    [row for pairs in cells for row in width_rate_rows(folder, pairs)])
+
+
+def width_rate_rows(folder, pairs):
+    others = sorted(glob.glob(os.path.join(folder, f"lr*-w128-t64-p{pairs}", "*-s1")))
     configs = sorted({os.path.basename(p).rsplit("-s", 1)[0] for p in others}, key=lambda c: (c != "mha4", c))
     rows = []
     for config in configs:
-        base = os.path.join(folder, "w128-t64-p4", f"{config}-s1")   # the run at the width-64 rate
+        base = os.path.join(folder, f"w128-t64-p{pairs}", f"{config}-s1")   # the run at the width-64 rate
         paths = ([base] if os.path.isdir(base) else []) + [p for p in others if os.path.basename(p) == f"{config}-s1"]
         for path in paths:
             s = Run(path).results
             reached = s.get("target_reached_iter")
-            rows.append([config, fmt_sci(s["learning_rate"]) + (" (width 64's)" if path == base else ""),
-                         f"{s['test_acc']:.3f}", f"{reached:,}" if reached else "-"])
-    return md_table(["config", "learning rate", "test accuracy", "val 0.99 at step"], rows)
+            rate = fmt_sci(s["learning_rate"]) + (" (width 64's)" if path == base else "")
+            rows.append([str(pairs), config, rate, f"{s['test_acc']:.3f}", f"{reached:,}" if reached else "-"])
+    return rows
 
 
 RUNGS = ("mha4", "linear", "retnet", "gla", "deltanet", "gated_deltanet", "deltanet_noconv",
