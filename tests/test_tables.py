@@ -296,6 +296,20 @@ def test_restore_of_a_study_never_stored_is_one_line_and_exit_2(capsys):
     assert e.value.code == 2 and len(err) == 1 and "holds no stored run" in err[0]
 
 
+def test_store_runs_naming_no_finished_config_is_one_line_and_exit_2(tmp_path, capsys):
+    """--runs takes config names; a run folder's name (or a config still training) matches none, and
+    storing only plan.json would pass silently."""
+    fake_sweep(tmp_path / "sweep", {"mha-s1": (1.80, 1.90), "gla-s1": (1.85, 1.95)})
+    training = tmp_path / "sweep" / "gla-s1" / "summary.json"
+    training.write_text(json.dumps({**json.loads(training.read_text()), "finished": False}))
+    for name in ("mha-s1", "gla"):
+        with pytest.raises(SystemExit) as e:
+            store.main([str(tmp_path / "sweep"), "never-written", f"--runs={name}"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and len(err) == 1 and f"--runs={name}" in err[0] and "mha" in err[0]
+    assert not os.path.exists(os.path.join(store.results_dir(store.HERE, "never-written")))
+
+
 def test_the_tuning_grid_marks_the_rate_the_plan_chose_and_the_probe_running(tmp_path):
     folder = tmp_path / "docs/results/recall/tune-w64-t64-p4"
     accs = {("mha4", 0.001): 0.97, ("mha4", 0.003): 0.99, ("gla", 0.001): 0.30}

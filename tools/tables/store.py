@@ -83,8 +83,15 @@ def main(argv=None):
     missing = [p for p in [args.sweep, *args.extra] if not os.path.exists(p)]
     if missing:
         fail(f"{missing[0]} does not exist; give the sweep's --out folder and files that are there")
+    configs = args.runs and set(args.runs.split(","))
+    if configs:  # a name that matches no finished run would store nothing of it, silently
+        finished = {config_name(os.path.basename(r)) for r in run_folders(args.sweep)}
+        unknown = sorted(configs - finished)
+        if unknown:
+            fail(f"--runs={unknown[0]}: {args.sweep} holds no finished run of that config (runs are named "
+                 f"<config>-s<seed>; --runs takes the config: {', '.join(sorted(finished)) or 'none finished'})")
     try:
-        written = store(args.sweep, args.study, args.extra, args.runs and set(args.runs.split(",")))
+        written = store(args.sweep, args.study, args.extra, configs)
     except WriteError as e:
         fail(str(e))
     if not written:
