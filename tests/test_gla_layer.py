@@ -65,11 +65,10 @@ def stepped(q, k, v, g, scale, s0):
     return torch.cat(outs, dim=2), S
 
 
-FORMS = {  # chunk_subchunked: chunk_gla forced onto its sub-chunked path (see the test)
-    "chunk": lambda C: lambda *a: chunk_gla(*a[:4], scale=a[4], initial_state=a[5], output_final_state=True,
-                                            chunk_size=C),
-    "chunk_subchunked": lambda C: lambda *a: chunk_gla(*a[:4], scale=a[4], initial_state=a[5],
-                                                       output_final_state=True, chunk_size=C),
+CHUNK = lambda C: lambda *a: chunk_gla(*a[:4], scale=a[4], initial_state=a[5], output_final_state=True,  # noqa: E731
+                                        chunk_size=C)
+FORMS = {  # chunk_subchunked, chunk_pairwise: chunk_gla forced onto its sub-chunked paths (see the test)
+    "chunk": CHUNK, "chunk_subchunked": CHUNK, "chunk_pairwise": CHUNK,
     "recurrent": lambda C: stepped,
     "naive": lambda C: lambda *a: naive_recurrent_gla(*a[:4], scale=a[4], initial_state=a[5], output_final_state=True),
 }
@@ -109,8 +108,10 @@ CASES = [  # T, chunk, n_kv_head, gate, initial state ("strong" takes the sub-ch
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("T,chunk,n_kv_head,gate,with_state", CASES)
 def test_forms_match_reference_values_and_gradients(monkeypatch, form, T, chunk, n_kv_head, gate, with_state):
-    if form == "chunk_subchunked":  # no decay is small enough for the factored path
+    if form in ("chunk_subchunked", "chunk_pairwise"):  # no chunk's decay is small enough to factor it whole
         monkeypatch.setattr(gla_chunked, "MAX_FACTORED_SPAN", -1.0)
+    if form == "chunk_pairwise":  # nor any sub-chunk's: the diagonal blocks as the pairwise tensor
+        monkeypatch.setattr(gla_chunked, "MAX_SUB_CHUNK_SPAN", -1.0)
     B, H, Dk, Dv = 2, 4, 8, 6
     inputs = make_inputs(B, H, n_kv_head, T, Dk, Dv, gate, with_state)
     leaves = [x.requires_grad_() for x in inputs if x is not None]
@@ -184,6 +185,24 @@ def test_typical_decays_take_the_factored_path(monkeypatch):
     assert calls == []
     chunk_gla(q, k, v, g * 100, chunk_size=64)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("rate,factored", [(2.0, True), (30.0, False)])
+def test_a_trained_gates_decay_picks_the_sub_chunk_path_that_stays_exact(monkeypatch, rate, factored):
+    """Decays of up to 2 nats a step span ~64 nats over a 64-token chunk (past the one-matmul form)
+    but ~8 over a sub-chunk of 8: its diagonal blocks are factored too; at up to 30 a step they are
+    not (the pairwise tensor). Both equal the float64 loop."""
+    B, H, T, D = 2, 2, 128, 8
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, H, T, D, generator=gen) for _ in range(3))
+    g = -rate * torch.rand(B, H, T, D, generator=gen)
+    calls = []
+    real = gla_chunked._factored_through_sub_chunks
+    monkeypatch.setattr(gla_chunked, "_factored_through_sub_chunks", lambda *a: calls.append(1) or real(*a))
+    o, S = chunk_gla(q, k, v, g, scale=D ** -0.5, output_final_state=True, chunk_size=64)
+    assert calls == ([1] if factored else [])
+    o_ref, S_ref = reference_gla(q, k, v, g, D ** -0.5, None)
+    assert rel_err(o, o_ref) <= 1e-5 and rel_err(S, S_ref) <= 1e-5
 
 
 def test_long_sequence_layer_forward_backward_finite():
