@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import torch
+
 import train
 from helpers import ROOT, train_args
 
@@ -126,3 +128,28 @@ def test_decode_benchmark_runs_tiny(tmp_path):
         assert (hf["attention"], hf["n_layer"], hf["n_embd"], hf["n_kv_head"]) == ("gqa", 1, 32, 2)
         assert hf["ms_per_token"] > 0 and hf["hf_ms_per_token"] > 0 and abs(hf["params"] - hf["hf_params"]) < 100
     assert "Hugging Face" in r.stdout and sum(line.startswith("| ") for line in r.stdout.splitlines()) >= 3 + 3
+
+
+def test_gla_paths_benchmark_names_the_path_chunk_gla_takes(tmp_path, monkeypatch):
+    """The gla suite's paths section (--quick): the path it reports for each decay rate is the one
+    chunk_gla takes (spied on), and only the paths exact at that rate are timed; no speeds asserted."""
+    from kernels import gla_chunked
+    from tools.benchmarks import gla as gla_suite
+    taken = []
+    real_sub, real_scores = gla_chunked._factored_through_sub_chunks, gla_chunked._intra_chunk_scores
+    monkeypatch.setattr(gla_chunked, "_intra_chunk_scores", lambda *a: taken.append("sub") or real_scores(*a))
+    monkeypatch.setattr(gla_chunked, "_factored_through_sub_chunks",
+                        lambda *a: taken.append("factored") or real_sub(*a))
+    out = tmp_path / "paths.json"
+    gla_suite.main(["--quick", "--only=paths", "--rates=0.05,8,100", "--json", str(out)])
+    rows = json.loads(out.read_text())["paths"]
+    assert [r["taken"] for r in rows] == ["one matmul", "sub-chunks factored", "pairwise diagonal"]
+    assert [[p for p in gla_suite.PATHS if p in r] for r in rows] == [list(gla_suite.PATHS), list(gla_suite.PATHS)[1:],
+                                                                      list(gla_suite.PATHS)[2:]]
+    spied = {"one matmul": [], "sub-chunks factored": ["sub", "factored"], "pairwise diagonal": ["sub"]}
+    for rate, path in ((0.05, "one matmul"), (8.0, "sub-chunks factored"), (100.0, "pairwise diagonal")):
+        taken.clear()   # the same shape and draw of decays at the default bounds, as training runs them
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(2, 2, 16, 8, generator=gen) for _ in range(3))
+        gla_chunked.chunk_gla(q, k, v, -rate * torch.rand(2, 2, 16, 8, generator=gen), chunk_size=16)
+        assert taken == spied[path]

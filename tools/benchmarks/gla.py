@@ -15,15 +15,22 @@ Prints markdown tables (medians) on stdout:
    (batch 12, block 64, 4 layers, n_embd 128) for config/mha.py, config/gla.py (and
    with pos_encoding none) and config/gla_nodecay.py, in interleaved rounds so that a
    shared machine's load drifts over all of them alike.
-4. With --runs: one row per train.py out_dir from its summary.json (final val loss, ms/iter).
+4. Paths: chunk_gla's forward + backward alone at the recall study's width-128 shape (batch 64,
+   4 heads of 32, T 64, chunks of 64) for decays drawn up to --rates nats a step: the path each
+   rate takes and the time of every path that is exact at it (one matmul, sub-chunks factored,
+   pairwise diagonal blocks; kernels/gla_chunked.py), interleaved rounds. Trained gates decay
+   far more than initial ones, so a benchmark at initialisation sees only the first path.
+5. With --runs: one row per train.py out_dir from its summary.json (final val loss, ms/iter).
 --quick: tiny sizes, a smoke test of the script itself.
 Timing is wall clock on whatever device torch uses (CPU here); pass OMP_NUM_THREADS to
 pin the thread count on a shared machine.
 """
 import sys
+from unittest import mock
 
 import torch
 
+from kernels import gla_chunked
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import decode_cost, emit, fmt_bytes, int_list, median_ms, parser, runs_table, train_step
 
@@ -45,7 +52,8 @@ def parse_args(argv):
     p.add_argument("--n_embd", type=int, default=256)
     p.add_argument("--n_head", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the step table")
-    p.add_argument("--only", default="decode,train,step", help="sections to run")
+    p.add_argument("--only", default="decode,train,step,paths", help="sections to run")
+    p.add_argument("--rates", default="0.05,2,30", help="largest decay per step (nats) of the paths section")
     p.add_argument("--runs", nargs="*", default=[], help="train.py out_dirs to tabulate")
     args = p.parse_args(argv)
     if args.quick:
@@ -105,6 +113,41 @@ def bench_step(args):
             for name, t in times.items()]
 
 
+PATHS = {  # name -> (MAX_FACTORED_SPAN, MAX_SUB_CHUNK_SPAN): a bound of -1 rules its path out
+    "one matmul": (float("inf"), float("inf")), "sub-chunks factored": (-1.0, float("inf")),
+    "pairwise diagonal": (-1.0, -1.0)}
+
+
+def bench_paths(args):
+    """ms of chunk_gla forward + backward per decay rate and path, each path only where it is exact."""
+    B, H, T, D = (2, 2, 16, 8) if args.quick else (64, 4, 64, 32)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, T, D, generator=gen, requires_grad=True) for _ in range(3))
+    rows = []
+    for rate in [float(r) for r in args.rates.split(",")]:
+        g = (-rate * torch.rand(B, H, T, D, generator=gen)).requires_grad_()
+        span = -g.detach().sum(-2).min().item()            # the largest chunk's decay (T is one chunk)
+        sub = -g.detach().view(B, H, -1, gla_chunked._sub_chunk(T), D).sum(-2).min().item()   # a sub-chunk's
+        chosen = "one matmul" if span <= gla_chunked.MAX_FACTORED_SPAN else (
+            "sub-chunks factored" if sub <= gla_chunked.MAX_SUB_CHUNK_SPAN else "pairwise diagonal")
+        exact = list(PATHS)[list(PATHS).index(chosen):]     # a later path is exact wherever an earlier one is
+        times = {name: [] for name in exact}
+        for _ in range(args.rounds):
+            for name in exact:
+                with mock.patch.multiple(gla_chunked, MAX_FACTORED_SPAN=PATHS[name][0],
+                                         MAX_SUB_CHUNK_SPAN=PATHS[name][1]):
+                    step = lambda: chunk_step(q, k, v, g)   # noqa: E731
+                    times[name].append(median_ms(step, repeats=3, warmup=1))
+        rows.append({"rate": rate, "chunk_span": span, "taken": chosen,
+                     **{name: sorted(t)[len(t) // 2] for name, t in times.items()}})
+    return rows
+
+
+def chunk_step(q, k, v, g):
+    o, _ = gla_chunked.chunk_gla(q, k, v, g, chunk_size=q.size(2))
+    o.sum().backward()
+
+
 def variant_table(rows, key, values, headers, cells):
     """Rows keyed by (variant, key) -> one markdown line per value of key, the variants across:
     headers(name) and cells(row) give each variant's column titles and cell texts."""
@@ -148,6 +191,15 @@ def main(argv=None):
         parts.append(f"### Training step at the Shakespeare config ({shape}; median of {args.rounds} interleaved "
                      "rounds x 3 steps)\n\n| config | params | ms/step |\n| --- | ---: | ---: |\n"
                      + "\n".join(f"| {r['variant']} | {r['params']:,} | {r['ms_per_step']:.1f} |" for r in step) + "\n")
+    if "paths" in only:
+        paths = results["paths"] = bench_paths(args)
+        shape = "batch 2, 2 heads of 8, T 16" if args.quick else "batch 64, 4 heads of 32, T 64"
+        parts.append(f"### chunk_gla's paths, forward + backward ms ({shape}, one chunk; median of {args.rounds} "
+                     "rounds)\n\n| decay up to (nats/step) | chunk's largest span | path taken | "
+                     + " | ".join(PATHS) + " |\n| ---: | ---: | --- |" + " ---: |" * len(PATHS) + "\n"
+                     + "\n".join(f"| {r['rate']:g} | {r['chunk_span']:.1f} | {r['taken']} | "
+                                  + " | ".join(f"{r[n]:.2f}" if n in r else "-" for n in PATHS) + " |"
+                                  for r in paths) + "\n")
     if args.runs:
         table, results["runs"] = runs_table(args.runs)
         parts.append("### Shakespeare char runs (train.py summary.json)\n\n" + table + "\n")
