@@ -96,7 +96,9 @@ def recurrent_gla_step(q, k, v, g, state, scale=None):
 #   (flash-linear-attention's kernel does the same with c = 16, the pairs in registers).
 #   When no sub-chunk decays by more than MAX_SUB_CHUNK_SPAN, the D blocks are factored through
 #   r as well (exp(r - b_j) <= e^40 for a key of the row's own sub-chunk): one batched matmul
-#   per sub-chunk row, then the causal mask, instead of the pairwise tensor (3-4x the time).
+#   per sub-chunk row, then the causal mask, instead of the pairwise tensor; and with the largest
+#   sub-chunk (c, 2c, 4c, ... < C) that stays within the bound, since the key tensor holds C/c
+#   copies of the chunk's keys (bench --suite=gla --only=paths times each path).
 @in_fp32
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, chunk_size=64):
     """The chunked parallel form (GLA paper, section 4): same arguments and results as
@@ -178,12 +180,13 @@ def _intra_chunk_scores(qc, kc, b, c):
     ns = C // c
     bs = b.view(B, Hkv, N, ns, c, Dk)
     ref = bs[..., :1, :]                                               # r: b at each sub-chunk's first token
+    factored = _largest_factored_sub_chunk(b, c)
+    if factored:
+        return _factored_through_sub_chunks(qc, kc, b, factored)
     # Off-diagonal blocks: query side exp(b_i - r) <= 1; key side exp(r - b_j) <= 1 for the
     # keys of earlier sub-chunks, and the exponent of the rest (positive there) is set to
     # -inf before exp, so those keys contribute an exact 0 without ever overflowing.
     q_rel = qc.view(B, Hkv, G, N, ns, c, Dk) * (bs - ref).exp()[:, :, None]
-    if (ref - bs[..., -1:, :]).max().item() <= MAX_SUB_CHUNK_SPAN:   # every sub-chunk's own span
-        return _factored_through_sub_chunks(q_rel, kc, b, ref, c)
     idx = torch.arange(C, device=qc.device)
     earlier = idx[None, :] < (idx[::c][:, None])                       # (ns, C): key j before sub-chunk s
     k_exp = (ref - b[:, :, :, None]).masked_fill(~earlier[:, :, None], float("-inf"))
@@ -200,14 +203,32 @@ def _intra_chunk_scores(qc, kc, b, c):
     return A.reshape(B, Hkv, G, N, C, C)
 
 
-def _factored_through_sub_chunks(q_rel, kc, b, ref, c):
-    """_intra_chunk_scores when no sub-chunk decays by more than MAX_SUB_CHUNK_SPAN: the diagonal
-    blocks factored through r too. Keys up to the end of the row's sub-chunk weigh exp(r - b_j) (<= 1
-    before it, in [1, e^40] inside it), later keys are masked before exp; one batched product per
-    sub-chunk row, then j <= i. q_rel (B, Hkv, G, N, ns, c, Dk) = q * exp(b_i - r); kc, b (B, Hkv, N, C,
-    Dk); ref (B, Hkv, N, ns, 1, Dk). Returns (B, Hkv, G, N, C, C)."""
-    B, Hkv, G, N, ns = q_rel.shape[:5]
-    C = ns * c
+def _largest_factored_sub_chunk(b, c):
+    """The largest of c, 2c, 4c, ... below C (dividing it) whose every sub-chunk decays by at most
+    MAX_SUB_CHUNK_SPAN (so its diagonal blocks may be factored too), or None. Sub-chunks of 2c hold
+    those of c, so one that fails fails every larger one. b (B, Hkv, N, C, Dk), the cumulative decay."""
+    B, Hkv, N, C, Dk = b.shape
+    sizes = [c]
+    while sizes[-1] * 2 < C and C % (sizes[-1] * 2) == 0:
+        sizes.append(sizes[-1] * 2)
+    for size in reversed(sizes):
+        bs = b.view(B, Hkv, N, C // size, size, Dk)
+        if (bs[..., 0, :] - bs[..., -1, :]).max().item() <= MAX_SUB_CHUNK_SPAN:   # b falls: first - last
+            return size
+    return None
+
+
+def _factored_through_sub_chunks(qc, kc, b, c):
+    """_intra_chunk_scores when no sub-chunk of c tokens decays by more than MAX_SUB_CHUNK_SPAN: every
+    block factored through r, b at the first token of the query's sub-chunk. The query weighs
+    exp(b_i - r) >= e^-40; keys up to the end of its sub-chunk weigh exp(r - b_j) (<= 1 before it,
+    in [1, e^40] inside it); later keys are masked before exp. One batched product per sub-chunk
+    row, then j <= i. qc (B, Hkv, G, N, C, Dk); kc, b (B, Hkv, N, C, Dk). Returns (B, Hkv, G, N, C, C)."""
+    B, Hkv, G, N, C, Dk = qc.shape
+    ns = C // c
+    bs = b.view(B, Hkv, N, ns, c, Dk)
+    ref = bs[..., :1, :]                                               # (B, Hkv, N, ns, 1, Dk)
+    q_rel = qc.view(B, Hkv, G, N, ns, c, Dk) * (bs - ref).exp()[:, :, None]
     idx = torch.arange(C, device=kc.device)
     upto = idx[None, :] < (idx[::c][:, None] + c)                      # (ns, C): key j up to sub-chunk s's end
     k_exp = (ref - b[:, :, :, None]).masked_fill(~upto[:, :, None], float("-inf"))

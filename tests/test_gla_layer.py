@@ -187,20 +187,32 @@ def test_typical_decays_take_the_factored_path(monkeypatch):
     assert calls == [1]
 
 
-@pytest.mark.parametrize("rate,factored", [(2.0, True), (30.0, False)])
-def test_a_trained_gates_decay_picks_the_sub_chunk_path_that_stays_exact(monkeypatch, rate, factored):
-    """Decays of up to 2 nats a step span ~64 nats over a 64-token chunk (past the one-matmul form)
-    but ~8 over a sub-chunk of 8: its diagonal blocks are factored too; at up to 30 a step they are
-    not (the pairwise tensor). Both equal the float64 loop."""
+def largest_safe_sub_chunk(g, C, sizes=(32, 16, 8)):
+    """The largest sub-chunk size whose every block decays by at most 40 nats from its first token
+    to its last (the sum of -g over the block's tokens after the first), by a loop over blocks."""
+    T = g.size(2)
+    for size in sizes:
+        spans = [-g[:, :, s + 1:s + size].sum(2) for c0 in range(0, T, C) for s in range(c0, c0 + C, size)]
+        if max(span.max().item() for span in spans) <= 40:
+            return size
+    return None
+
+
+@pytest.mark.parametrize("rate,size", [(1.5, 32), (3.0, 16), (5.0, 8), (30.0, None)])
+def test_a_trained_gates_decay_picks_the_sub_chunk_path_that_stays_exact(monkeypatch, rate, size):
+    """Decays of up to 1.5-5 nats a step take a 64-token chunk past the one-matmul form's 40 nats;
+    chunk_gla then factors sub-chunks of the largest size (32, 16 or 8) that stays within 40, and
+    at up to 30 a step none does (the pairwise tensor). Every path equals the float64 loop."""
     B, H, T, D = 2, 2, 128, 8
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(B, H, T, D, generator=gen) for _ in range(3))
     g = -rate * torch.rand(B, H, T, D, generator=gen)
-    calls = []
+    assert largest_safe_sub_chunk(g, 64) == size
+    sizes = []
     real = gla_chunked._factored_through_sub_chunks
-    monkeypatch.setattr(gla_chunked, "_factored_through_sub_chunks", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(gla_chunked, "_factored_through_sub_chunks", lambda *a: sizes.append(a[-1]) or real(*a))
     o, S = chunk_gla(q, k, v, g, scale=D ** -0.5, output_final_state=True, chunk_size=64)
-    assert calls == ([1] if factored else [])
+    assert sizes == ([] if size is None else [size])
     o_ref, S_ref = reference_gla(q, k, v, g, D ** -0.5, None)
     assert rel_err(o, o_ref) <= 1e-5 and rel_err(S, S_ref) <= 1e-5
 
