@@ -143,6 +143,14 @@ def bench_paths(args):
     return rows
 
 
+def paths_markdown(rows):
+    """The paths section's table: per decay rate, the path taken and each exact path's ms."""
+    head = ("| decay up to (nats/step) | chunk's largest span | path taken | " + " | ".join(PATHS) + " |\n"
+            "| ---: | ---: | --- |" + " ---: |" * len(PATHS))
+    return "\n".join([head, *(f"| {r['rate']:g} | {r['chunk_span']:.1f} | {r['taken']} | "
+                               + " | ".join(f"{r[n]:.2f}" if n in r else "-" for n in PATHS) + " |" for r in rows)])
+
+
 def chunk_step(q, k, v, g):
     o, _ = gla_chunked.chunk_gla(q, k, v, g, chunk_size=q.size(2))
     o.sum().backward()
@@ -195,11 +203,7 @@ def main(argv=None):
         paths = results["paths"] = bench_paths(args)
         shape = "batch 2, 2 heads of 8, T 16" if args.quick else "batch 64, 4 heads of 32, T 64"
         parts.append(f"### chunk_gla's paths, forward + backward ms ({shape}, one chunk; median of {args.rounds} "
-                     "rounds)\n\n| decay up to (nats/step) | chunk's largest span | path taken | "
-                     + " | ".join(PATHS) + " |\n| ---: | ---: | --- |" + " ---: |" * len(PATHS) + "\n"
-                     + "\n".join(f"| {r['rate']:g} | {r['chunk_span']:.1f} | {r['taken']} | "
-                                  + " | ".join(f"{r[n]:.2f}" if n in r else "-" for n in PATHS) + " |"
-                                  for r in paths) + "\n")
+                     f"rounds)\n\n{paths_markdown(paths)}\n")
     if args.runs:
         table, results["runs"] = runs_table(args.runs)
         parts.append("### Shakespeare char runs (train.py summary.json)\n\n" + table + "\n")

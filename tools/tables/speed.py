@@ -9,7 +9,7 @@ import statistics
 from types import SimpleNamespace
 
 from tools import compare, stats
-from tools.benchmarks import cpu, decode, nanogpt
+from tools.benchmarks import cpu, decode, gla, nanogpt
 from tools.tables.source import md_table, results_dir
 from trainer.rundir import load_run
 
@@ -112,4 +112,5 @@ TABLES = {
     "speed-decode": decode_before_after,
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
+    "speed-gla-paths": bench("gla_paths", lambda run: gla.paths_markdown(run["paths"])),
 }
