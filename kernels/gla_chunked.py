@@ -137,12 +137,13 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         decay_last = b_last.exp()                                      # how much each chunk decays in all
         q_inter = qc * b.exp()[:, :, None]                             # exp(b_i) <= 1
         # Step 2: intra-chunk scores A (B, Hkv, G, N, C, C), factored or sub-chunked (above).
-        if b.min().item() >= -MAX_FACTORED_SPAN:  # b falls from <= 0: its min is the largest span
+        form = intra_chunk_form(b)
+        if form == C:
             k_rel = kc * (-b).exp()                                    # exp(-b_j) <= e^40
             A = (q_inter @ k_rel[:, :, None].transpose(-1, -2)) * causal
             k_end = k_rel * decay_last                                 # Step 3's keys from the same exp
         else:
-            A = _intra_chunk_scores(qc, kc, b, _sub_chunk(C))
+            A = _intra_chunk_scores(qc, kc, b, _sub_chunk(C), form)
             k_end = kc * (b_last - b).exp()                            # exp(b_{C-1} - b_j) <= 1
         # Step 3: what each chunk adds to the state (k_end) and how much it decays the old one.
         chunk_decay = decay_last.squeeze(-2)                           # (B, Hkv, N, Dk)
@@ -170,28 +171,29 @@ def _sub_chunk(C):
     return min((c for c in range(1, C + 1) if C % c == 0), key=lambda c: (C // c + c, c))
 
 
-def _intra_chunk_scores(qc, kc, b, c):
+def intra_chunk_form(b):
+    """How chunk_gla computes the intra-chunk scores for the cumulative log-decay b (B, Hkv, N, C, Dk):
+    C, the one-matmul form (no chunk decays past MAX_FACTORED_SPAN); a sub-chunk size, factored through
+    sub-chunks of it; or None, the pairwise diagonal blocks (the comment above chunk_gla)."""
+    C = b.size(-2)
+    if b.min().item() >= -MAX_FACTORED_SPAN:  # b falls from <= 0: its min is the largest span
+        return C
+    return _largest_factored_sub_chunk(b, _sub_chunk(C))
+
+
+def _intra_chunk_scores(qc, kc, b, c, factored=None):
     """sum_d q_id k_jd exp(b_id - b_jd) for j <= i within each chunk, else 0.
 
-    qc (B, Hkv, G, N, C, Dk), kc and b (B, Hkv, N, C, Dk), c divides C.
-    Returns (B, Hkv, G, N, C, C).
+    qc (B, Hkv, G, N, C, Dk), kc and b (B, Hkv, N, C, Dk), c divides C; factored: the sub-chunk size
+    intra_chunk_form chose (None: pairwise diagonal blocks of c). Returns (B, Hkv, G, N, C, C).
     """
+    if factored:
+        return _factored_through_sub_chunks(qc, kc, b, factored)
     B, Hkv, G, N, C, Dk = qc.shape
     ns = C // c
     bs = b.view(B, Hkv, N, ns, c, Dk)
-    ref = bs[..., :1, :]                                               # r: b at each sub-chunk's first token
-    factored = _largest_factored_sub_chunk(b, c)
-    if factored:
-        return _factored_through_sub_chunks(qc, kc, b, factored)
-    # Off-diagonal blocks: query side exp(b_i - r) <= 1; key side exp(r - b_j) <= 1 for the
-    # keys of earlier sub-chunks, and the exponent of the rest (positive there) is set to
-    # -inf before exp, so those keys contribute an exact 0 without ever overflowing.
-    q_rel = qc.view(B, Hkv, G, N, ns, c, Dk) * (bs - ref).exp()[:, :, None]
-    idx = torch.arange(C, device=qc.device)
-    earlier = idx[None, :] < (idx[::c][:, None])                       # (ns, C): key j before sub-chunk s
-    k_exp = (ref - b[:, :, :, None]).masked_fill(~earlier[:, :, None], float("-inf"))
-    k_rel = kc[:, :, :, None] * k_exp.exp()                            # (B, Hkv, N, ns, C, Dk)
-    A = torch.einsum("bhgnsid,bhnsjd->bhgnsij", q_rel, k_rel)         # (B, Hkv, G, N, ns, c, C)
+    # Off-diagonal blocks: the keys of earlier sub-chunks, through r (both factors <= 1).
+    A = _through_sub_chunk_starts(qc, kc, b, c, own=False)              # (B, Hkv, G, N, ns, c, C)
     # Diagonal blocks: pairwise exp(b_i - b_j) for j <= i inside a sub-chunk.
     tri = torch.ones(c, c, dtype=torch.bool, device=qc.device).tril()
     pair = (bs[..., :, None, :] - bs[..., None, :, :]).masked_fill(~tri[:, :, None], float("-inf"))
@@ -220,20 +222,28 @@ def _largest_factored_sub_chunk(b, c):
 
 def _factored_through_sub_chunks(qc, kc, b, c):
     """_intra_chunk_scores when no sub-chunk of c tokens decays by more than MAX_SUB_CHUNK_SPAN: every
-    block factored through r, b at the first token of the query's sub-chunk. The query weighs
-    exp(b_i - r) >= e^-40; keys up to the end of its sub-chunk weigh exp(r - b_j) (<= 1 before it,
-    in [1, e^40] inside it); later keys are masked before exp. One batched product per sub-chunk
-    row, then j <= i. qc (B, Hkv, G, N, C, Dk); kc, b (B, Hkv, N, C, Dk). Returns (B, Hkv, G, N, C, C)."""
+    block factored through r, the diagonal ones too (a key of the query's own sub-chunk weighs
+    exp(r - b_j) in [1, e^40]), then j <= i. Returns (B, Hkv, G, N, C, C)."""
+    B, Hkv, G, N, C, _ = qc.shape
+    A = _through_sub_chunk_starts(qc, kc, b, c, own=True)
+    return A.reshape(B, Hkv, G, N, C, C) * torch.ones(C, C, device=kc.device).tril()
+
+
+def _through_sub_chunk_starts(qc, kc, b, c, own):
+    """sum_d (q_id exp(b_id - r)) (k_jd exp(r - b_jd)) with r = b at the first token of query i's
+    sub-chunk of c, for the keys before that sub-chunk (own=False; exp(r - b_j) <= 1) or up to its
+    end (own=True; inside it exp(r - b_j) >= 1, bounded by the caller's span check); the exponent of
+    every later key is set to -inf before exp, so it adds an exact 0 without ever overflowing.
+    qc (B, Hkv, G, N, C, Dk); kc, b (B, Hkv, N, C, Dk). Returns (B, Hkv, G, N, C/c, c, C)."""
     B, Hkv, G, N, C, Dk = qc.shape
     ns = C // c
     bs = b.view(B, Hkv, N, ns, c, Dk)
-    ref = bs[..., :1, :]                                               # (B, Hkv, N, ns, 1, Dk)
-    q_rel = qc.view(B, Hkv, G, N, ns, c, Dk) * (bs - ref).exp()[:, :, None]
-    idx = torch.arange(C, device=kc.device)
-    upto = idx[None, :] < (idx[::c][:, None] + c)                      # (ns, C): key j up to sub-chunk s's end
-    k_exp = (ref - b[:, :, :, None]).masked_fill(~upto[:, :, None], float("-inf"))
-    A = torch.einsum("bhgnsid,bhnsjd->bhgnsij", q_rel, kc[:, :, :, None] * k_exp.exp())   # (B,Hkv,G,N,ns,c,C)
-    return A.reshape(B, Hkv, G, N, C, C) * torch.ones(C, C, device=kc.device).tril()
+    ref = bs[..., :1, :]                                               # r: (B, Hkv, N, ns, 1, Dk)
+    q_rel = qc.view(B, Hkv, G, N, ns, c, Dk) * (bs - ref).exp()[:, :, None]   # exp(b_i - r) <= 1
+    idx = torch.arange(C, device=qc.device)
+    keys = idx[None, :] < (idx[::c][:, None] + (c if own else 0))      # (ns, C): the keys sub-chunk s reads
+    k_exp = (ref - b[:, :, :, None]).masked_fill(~keys[:, :, None], float("-inf"))
+    return torch.einsum("bhgnsid,bhnsjd->bhgnsij", q_rel, kc[:, :, :, None] * k_exp.exp())
 
 
 @in_fp32

@@ -126,10 +126,9 @@ def bench_paths(args):
     rows = []
     for rate in [float(r) for r in args.rates.split(",")]:
         g = (-rate * torch.rand(B, H, T, D, generator=gen)).requires_grad_()
-        span = -g.detach().sum(-2).min().item()            # the largest chunk's decay (T is one chunk)
-        sub = -g.detach().view(B, H, -1, gla_chunked._sub_chunk(T), D).sum(-2).min().item()   # a sub-chunk's
-        chosen = "one matmul" if span <= gla_chunked.MAX_FACTORED_SPAN else (
-            "sub-chunks factored" if sub <= gla_chunked.MAX_SUB_CHUNK_SPAN else "pairwise diagonal")
+        b = g.detach().cumsum(-2)[:, :, None]               # (B, H, 1, T, D): T is one chunk
+        form = gla_chunked.intra_chunk_form(b)               # the kernel's own choice
+        chosen = "one matmul" if form == T else ("sub-chunks factored" if form else "pairwise diagonal")
         exact = list(PATHS)[list(PATHS).index(chosen):]     # a later path is exact wherever an earlier one is
         times = {name: [] for name in exact}
         for _ in range(args.rounds):
@@ -138,7 +137,7 @@ def bench_paths(args):
                                          MAX_SUB_CHUNK_SPAN=PATHS[name][1]):
                     step = lambda: chunk_step(q, k, v, g)   # noqa: E731
                     times[name].append(median_ms(step, repeats=3, warmup=1))
-        rows.append({"rate": rate, "chunk_span": span, "taken": chosen,
+        rows.append({"rate": rate, "chunk_span": -b.min().item(), "taken": chosen,
                      **{name: sorted(t)[len(t) // 2] for name, t in times.items()}})
     return rows
 
