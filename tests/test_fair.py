@@ -330,8 +330,13 @@ def test_sweep_cut_short_keeps_the_test_evaluation_of_its_finished_runs(test_spl
     """Each run is evaluated on test as it finishes: a sweep stopped during its second run leaves the
     first one's test_eval.json (evaluating only at the end of the sweep would lose it)."""
     out = tmp_path / "cut"
-    cmd = [sys.executable, "-m", "tools.sweep", "config/mha.py", "config/gla.py", f"--out={out}",
-           f"--data_dir={test_split_root}", "--seeds=1", *SWEEP_TINY]
+    # The second run is too long to finish before the signal lands (a 20-step one could, on a fast machine).
+    for name, iters in (("mha", 20), ("gla", 100_000)):
+        (tmp_path / f"{name}.py").write_text(f'include({os.path.join(ROOT, "config", name + ".py")!r})\n'
+                                             f"max_iters = {iters}\nlr_decay_iters = {iters}\n")
+    tiny = [a for a in SWEEP_TINY if not a.startswith(("--max_iters=", "--lr_decay_iters="))]
+    cmd = [sys.executable, "-m", "tools.sweep", str(tmp_path / "mha.py"), str(tmp_path / "gla.py"), f"--out={out}",
+           f"--data_dir={test_split_root}", "--seeds=1", *tiny]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (out / "gla-s1" / "train.log").exists() and proc.poll() is None and time.time() < deadline:
