@@ -23,6 +23,7 @@ import sys
 
 import torch
 
+from trainer.allocator import keep_freed_memory
 from trainer.build import setup_distributed
 from trainer.checkpoint import CheckpointError, WriteError, remove_stale_tmp
 from trainer.cli import ConfigError, fail
@@ -70,8 +71,10 @@ def run(tc, gptconf, meta, flat_cfg, checkpoint, signals, config_files=()):
     """Train (or evaluate); returns the exit status (0, 3 or 128 + signal)."""
     dist = setup_distributed(tc)
     threads, why = use_cpu_threads(tc.threads, dist.device)
-    if dist.master and dist.device.startswith("cpu"):
-        print(f"cpu threads: {threads} ({why})")
+    if dist.device.startswith("cpu"):
+        allocator = keep_freed_memory()  # a step reuses the last one's memory (trainer/allocator.py)
+        if dist.master:
+            print(f"cpu threads: {threads} ({why}); allocator: {allocator}")
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     try:

@@ -22,8 +22,12 @@ tokens of prefilled context, the median ms of --decode_steps one-token steps per
 
 The table names the CPU and whether it has native bf16 matrix units (cpu_bf16_units: AMX tiles
 or AVX512-BF16, as torch detects them). dtype=auto stays float32 on CPUs: docs/speed.md says why.
+--allocator: keep (train.py's: trainer/allocator.py keeps freed memory for the next step) or default
+(glibc's own thresholds); the kernel's share of each training step, page faults and system time,
+comes with the timings (run the suite once with each, as separate processes, to compare them).
 """
 import contextlib
+import resource
 import statistics
 from types import SimpleNamespace
 
@@ -33,6 +37,7 @@ from model import GPT, GPTConfig
 from tools import budget
 from tools.benchmarks import decode
 from tools.benchmarks.harness import emit, median_ms, parser, train_step
+from trainer.allocator import keep_freed_memory
 from trainer.cli import ConfigError, fail
 from trainer.settings import MODEL_KEYS, parse_shared_keys
 from trainer.threads import visible_cores
@@ -75,7 +80,8 @@ def train_settings(args):
 
 
 def time_training(keys, setting, args):
-    """{path: median ms per training step} in one setting, the variants round-robin."""
+    """({path: median ms per training step}, {path: {page_faults, sys_ms} per step}) in one setting,
+    the variants round-robin."""
     dtype, compiled, threads = setting
     torch.set_num_threads(threads)
     steps = {}
@@ -94,11 +100,17 @@ def time_training(keys, setting, args):
                 step()
         run(), run()  # warm up (and compile)
         steps[path] = run
-    rounds = {p: [] for p in keys}
+    rounds, kernel = {p: [] for p in keys}, {p: [0, 0.0] for p in keys}
     for _ in range(args.rounds):
         for path, run in steps.items():
+            before = resource.getrusage(resource.RUSAGE_SELF)
             rounds[path].append(median_ms(run, repeats=args.steps, warmup=0))
-    return {p: statistics.median(ms) for p, ms in rounds.items()}
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            kernel[path][0] += after.ru_minflt - before.ru_minflt
+            kernel[path][1] += after.ru_stime - before.ru_stime
+    n = args.rounds * args.steps
+    return ({p: statistics.median(ms) for p, ms in rounds.items()},
+            {p: {"page_faults": faults / n, "sys_ms": sys_s * 1e3 / n} for p, (faults, sys_s) in kernel.items()})
 
 
 def time_decoding(paths, args):
@@ -121,6 +133,11 @@ def markdown(results):
         toks = results["tokens_per_step"][c]
         cells = [f"{toks / s[c] * 1e3:,.0f} ({s[ref] / s[c]:.2f})" for s in train]
         lines.append(f"| {c} | {results['params'][c]:,} | " + " | ".join(cells) + " |")
+    if "train_kernel_per_step" in results:  # files from before the allocator setting have none
+        first, kernel = train[0], results["train_kernel_per_step"][0]
+        lines += ["", f"| config | page faults / step | system ms / step ({first['dtype']}, {first['threads']} "
+                  f"thread(s), allocator: {results['allocator']}) |", "| --- | ---: | ---: |"]
+        lines += [f"| {c} | {kernel[c]['page_faults']:,.0f} | {kernel[c]['sys_ms']:.1f} |" for c in configs]
     contexts = ",".join(str(e["context"]) for e in results["decode"][0]["decode"])
     lines += ["", *decode.variants_table(results["decode"], SimpleNamespace(contexts=contexts, compile=False))]
     return "\n".join(lines)
@@ -140,8 +157,11 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--contexts", default="256,4096")
     ap.add_argument("--decode_steps", type=int, default=20)
+    ap.add_argument("--allocator", choices=("keep", "default"), default="keep",
+                    help="keep: freed memory stays for the next step, as in train.py; default: glibc's thresholds")
     args = ap.parse_args(argv)
     check_args(args)
+    allocator = keep_freed_memory() if args.allocator == "keep" else "glibc's defaults"
     paths = args.configs or [f"config/{v}.py" for v in VARIANTS]
     extra = ["--n_layer=1", "--n_embd=32", "--n_head=4", "--block_size=32", "--batch_size=2"] if args.quick else []
     try:
@@ -150,16 +170,19 @@ def main(argv=None):
         params = {name(p): budget.meta_model(k, VOCAB).num_params() for p, k in keys.items()}
     except (ConfigError, ValueError) as e:
         fail(str(e))
-    train = {s: time_training(keys, s, args) for s in train_settings(args)}
+    train = {s: time_training(keys, s, args) for s in train_settings(args)}   # {setting: (ms, kernel)}
     decoding = time_decoding(paths, args)
     results = {"cpu_bf16_units": cpu_bf16_units(), "visible_cores": visible_cores(), "torch": torch.__version__,
                "rounds": args.rounds, "steps": args.steps, "params": params,
+               "allocator": allocator,
                "train_ms_per_step": [{"dtype": d, "compile": c, "threads": t, **{name(p): ms for p, ms in v.items()}}
-                                     for (d, c, t), v in train.items()],
+                                     for (d, c, t), (v, _) in train.items()],
+               "train_kernel_per_step": [{name(p): k for p, k in kernel.items()} for _, kernel in train.values()],
                "tokens_per_step": {name(p): k["batch_size"] * k["block_size"] for p, k in keys.items()},
                "decode": decoding}
     head = (f"CPU: {visible_cores()} visible cores, native bf16 matrix units: {results['cpu_bf16_units'] or 'none'}; "
-            f"torch {torch.__version__}; medians of {args.rounds} rounds x {args.steps} steps\n\n")
+            f"torch {torch.__version__}; allocator: {allocator}; "
+            f"medians of {args.rounds} rounds x {args.steps} steps\n\n")
     emit(head + markdown(results), results, args)
 
 
