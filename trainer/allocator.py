@@ -5,10 +5,9 @@ A training step allocates and frees the same large tensors (activations, gradien
 MiB) every step. glibc serves a block of 128 KiB or more with mmap and gives it back to the kernel
 when freed, and trims the heap's free top back to the kernel too, so the next step's block is fresh
 pages: one page fault per 4 KiB, each page zeroed by the kernel. glibc raises these thresholds by
-itself as it sees blocks freed, but a step's mix of sizes keeps it trimming. At the fair study's
-shape on one thread, fault-bound elementwise ops (a silu, the output gate's product) ran 4-5x slower
-inside a step than alone, and a step took 10% (MHA) to 20% (the delta rule) longer than with the
-thresholds fixed high (docs/speed.md, "The allocator").
+itself as it sees blocks freed, but a step's mix of sizes keeps it trimming: at the fair study's
+shape, 1,100-2,200 page faults and 3-6 ms of system time per step, none of it needed (docs/speed.md,
+"The allocator"; tests/test_allocator.py).
 
 keep_freed_memory() sets both thresholds once, before the model is built: blocks up to 32 MiB come
 from the heap (glibc's own ceiling for its dynamic threshold) and up to 1 GiB of free heap top is

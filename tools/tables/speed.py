@@ -97,6 +97,31 @@ def decode_compiled(root):
         decode.hf_table(run["hf_llama"])
 
 
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def allocator(root):
+    """The cpu suite run with --allocator=default and =keep, alternating (docs/results/speed/allocator/
+    <allocator>_run<n>.json): per config, the kernel's share of a training step and tokens/s, each run."""
+    runs = {a: sorted(glob.glob(os.path.join(results_dir(root, "speed"), "allocator", f"{a}_run*.json")))
+            for a in ("default", "keep")}
+    loaded = {a: [load_json(p) for p in paths] for a, paths in runs.items()}
+    first = loaded["default"][0]
+    setting = first["train_ms_per_step"][0]    # the suite's first setting: its kernel counts are of it
+    where = f"{setting['dtype']}, {setting['threads']} thread(s)"
+
+    def cells(config, value):
+        return " → ".join("; ".join(value(r, config) for r in loaded[a]) for a in ("default", "keep"))
+    rows = [[c, cells(c, lambda r, c: f"{r['train_kernel_per_step'][0][c]['page_faults']:,.0f}"),
+             cells(c, lambda r, c: f"{r['train_kernel_per_step'][0][c]['sys_ms']:.1f}"),
+             cells(c, lambda r, c: f"{r['tokens_per_step'][c] / r['train_ms_per_step'][0][c] * 1e3:,.0f}")]
+            for c in first["params"]]
+    return md_table(["config", f"page faults / step ({where}): default → keep, each run", "system ms / step",
+                     "tokens/s"], rows)
+
+
 TABLES = {
     "dtype256-paired": dtype_paired,
     "dtype256-means": dtype_means,
@@ -112,5 +137,6 @@ TABLES = {
     "speed-decode": decode_before_after,
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
+    "speed-allocator": allocator,
     "speed-gla-paths": bench("gla_paths", lambda run: gla.paths_markdown(run["paths"])),
 }
