@@ -206,7 +206,8 @@ def test_cpu_benchmark_runs_tiny(tmp_path):
     assert [row["variant"] for row in res["decode"]] == ["mha", "gla"]
     assert all(e["ms_per_token"] > 0 for row in res["decode"] for e in row["decode"])
     assert [line.split(" ")[1] for line in r.stdout.splitlines() if line.startswith(("| mha", "| gla"))] == \
-        ["mha", "gla", "mha", "gla"]   # a training table and a decoding table, a row per config
+        ["mha", "gla"] * 3   # a training, a page-fault and a decoding table, a row per config
+    assert all(k["page_faults"] >= 0 and k["sys_ms"] >= 0 for s in res["train_kernel_per_step"] for k in s.values())
 
 
 def test_nanogpt_benchmark_runs_both_on_the_same_data(tmp_path, data_root):
