@@ -2,6 +2,7 @@
 grouped by config, width and the row length and pairs their dataset holds; bytes kept equal the
 cache and state formulas written out; steps to solve are the runs' own; chance comes from the files."""
 import json
+import math
 import os
 import shutil
 import statistics
@@ -224,3 +225,16 @@ def test_a_seed_run_at_two_rates_counts_once_by_its_val_accuracy(study, tmp_path
     assert group["n"] == 1 and group["acc"] == pytest.approx(0.70)
     assert group["learning_rates"] == [1e-3] and group["rates_tried"] == 2
     assert "at 0.001 (chosen on val of 2 rates)" in (tmp_path / "out" / "recall.md").read_text()
+
+
+def test_the_interval_is_the_t_interval_cut_to_accuracys_range():
+    """From 3 seeds the 95% t interval of the mean (t_{0.975, 2} = 4.303), cut to [0, 1]: seeds split
+    between solved and chance would otherwise put it past both ends."""
+    def t95(values):
+        half = 4.302652729911275 * statistics.stdev(values) / math.sqrt(len(values))
+        return statistics.fmean(values) - half, statistics.fmean(values) + half
+    close = [0.970, 0.975, 0.978]
+    assert recall.interval(close) == pytest.approx(t95(close))
+    split = [0.958, 0.238, 0.921]
+    assert t95(split)[0] < 0 and t95(split)[1] > 1
+    assert recall.interval(split) == (0.0, 1.0)

@@ -138,9 +138,11 @@ def chance_from_files(folder, row_len):
 
 
 def interval(values):
-    """(lo, hi): the 95% t interval of the mean from 3 seeds on, else min-max; None without values."""
+    """(lo, hi): the 95% t interval of the mean from 3 seeds on, cut to accuracy's range [0, 1] (seeds that
+    split between solved and chance spread the t interval past both ends), else min-max; None without values."""
     if len(values) >= 3:
-        return tuple(stats.paired(values, 0.0)["ci95"])
+        lo, hi = stats.paired(values, 0.0)["ci95"]
+        return max(lo, 0.0), min(hi, 1.0)
     return (min(values), max(values)) if values else None
 
 
@@ -294,9 +296,9 @@ def markdown(groups, chance, solved=SOLVED):
         mine = {(g["config"], g["row_len"], g["pairs"]): g for g in groups if g["width"] == width}
         lines += reach_table([row[0] for row in rows[:-1]], mine, cells)
     metrics = sorted({m for g in groups for m in g["metric"]})
-    lines += [f"Accuracy: {', '.join(metrics)} of best.pt, mean [95% t interval from 3 seeds, min-max below] "
-              f"(n seeds); solved: seeds at accuracy >= {solved:g}; stop_val_acc: the seeds whose val accuracy reached "
-              "it and the median step they did; "
+    lines += [f"Accuracy: {', '.join(metrics)} of best.pt, mean [95% t interval from 3 seeds, cut to [0, 1]; "
+              f"min-max below] (n seeds); solved: seeds at accuracy >= {solved:g}; stop_val_acc: the seeds whose val "
+              "accuracy reached it and the median step they did; "
               f"Δ: minus {groups[0]['config']}'s in the same cell and width, paired over shared seeds (95% t "
               "interval). Bytes: cache (bf16) after one row plus constant state (fp32), from the model's formulas. "
               "Chance: guessing among the row's values, from the dataset's files."]
