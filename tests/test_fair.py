@@ -338,11 +338,21 @@ def test_sweep_cut_short_keeps_the_test_evaluation_of_its_finished_runs(test_spl
     cmd = [sys.executable, "-m", "tools.sweep", str(tmp_path / "mha.py"), str(tmp_path / "gla.py"), f"--out={out}",
            f"--data_dir={test_split_root}", "--seeds=1", *tiny]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (out / "gla-s1" / "train.log").exists() and proc.poll() is None and time.time() < deadline:
+    log = out / "gla-s1" / "train.log"
+
+    def training():  # the second run is in its loop (its signal handlers are set): "iter N/..." lines
+        return log.exists() and "\niter " in log.read_text()
+    deadline = time.time() + 240   # a loaded 2-core machine: the first run and its test evaluation come first
+    while not training() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    try:
+        proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:   # never leave a 100,000-step run behind to slow the rest of the suite
+        proc.kill()
+        subprocess.run(["pkill", "-f", str(out)], check=False)
+        tail = log.read_text()[-2000:] if log.exists() else ""
+        pytest.fail(f"the sweep did not stop on SIGTERM; {log} ends:\n{tail}")
     assert proc.returncode != 0 and not (out / "gla-s1" / "test_eval.json").exists()
     evaluated = json.loads((out / "mha-s1" / "test_eval.json").read_text())
     assert evaluated[0]["length"] == 16 and evaluated[0]["test_loss"] > 0
