@@ -291,11 +291,50 @@ def test_a_stored_sweep_restores_into_a_fresh_folder_without_touching_what_is_th
     (fresh / "gla-s1" / "summary.json").write_text("{}")
     restored = store.restore("s", str(fresh), root=str(tmp_path))
     assert sorted(os.path.relpath(p, fresh) for p in restored) == sorted(
-        f"{run}/{name}" for run in ("mha-s1", "lr/mha-lr0.001-s1") for name in ("summary.json", "log.jsonl",
-                                                                               "test_eval.json"))
+        [f"{run}/{name}" for run in ("mha-s1", "lr/mha-lr0.001-s1") for name in ("summary.json", "log.jsonl",
+                                                                                "test_eval.json")] + ["plan.json"])
     for p in restored:
-        assert open(p).read() == open(tmp_path / "sweep" / os.path.relpath(p, fresh)).read()
+        with open(p) as a, open(tmp_path / "sweep" / os.path.relpath(p, fresh)) as b:
+            if p.endswith("plan.json"):   # rewritten by store (merged), the same JSON
+                assert json.load(a) == json.load(b)
+            else:
+                assert a.read() == b.read()
     assert (fresh / "gla-s1" / "summary.json").read_text() == "{}"
+
+
+def sweep_plan(configs, **inputs):
+    """plan.json as tools.sweep writes it for configs planned alone at borrowed rates (no budget matched)."""
+    base = {"configs": [f"config/recall/{c}.py" for c in configs], "overrides": ["--n_embd=64"], "match": [],
+            "lr_grid": None, "lr_fraction": None, "probe_iters": None, "lr_from": "tune/plan.json"}
+    return {"inputs": {**base, **inputs},
+            "configs": {c: {"overrides": ["--learning_rate=0.01"], "learning_rate": 0.01} for c in configs}}
+
+
+def test_more_seeds_of_a_stored_cell_land_beside_it_and_a_plan_of_other_settings_is_refused(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """A second sweep of the same settings (other seeds, fewer configs) stores beside the first: the stored
+    plan names the configs of both, as tools.sweep's own resumed plan would; one of other settings is
+    refused in one line with exit 2, before anything is written."""
+    fake_sweep(tmp_path / "first", {"mha-s1": (1.8, 1.9), "gla-s1": (1.9, 2.0)})
+    (tmp_path / "first" / "plan.json").write_text(json.dumps(sweep_plan(["mha", "gla"])))
+    fake_sweep(tmp_path / "seeds", {"gla-s2": (1.85, 1.95), "gla-s3": (1.86, 1.96)})
+    (tmp_path / "seeds" / "plan.json").write_text(json.dumps(sweep_plan(["gla"])))
+    (tmp_path / "docs").mkdir()
+    store.store(str(tmp_path / "first"), "cell", root=str(tmp_path))
+    store.store(str(tmp_path / "seeds"), "cell", root=str(tmp_path))
+    cell = tmp_path / "docs" / "results" / "cell"
+    assert sorted(p.name for p in cell.glob("*-s*")) == ["gla-s1", "gla-s2", "gla-s3", "mha-s1"]
+    plan = json.loads((cell / "plan.json").read_text())
+    assert plan["inputs"]["configs"] == ["config/recall/gla.py", "config/recall/mha.py"]
+    assert sorted(plan["configs"]) == ["gla", "mha"]
+    fake_sweep(tmp_path / "other", {"gla-s4": (1.8, 1.9)})
+    (tmp_path / "other" / "plan.json").write_text(json.dumps(sweep_plan(["gla"], overrides=["--n_embd=128"])))
+    monkeypatch.setattr(store, "HERE", str(tmp_path))
+    with pytest.raises(SystemExit) as e:
+        store.main([str(tmp_path / "other"), "cell"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "overrides differ" in err[0] and "another study name" in err[0]
+    assert not (cell / "gla-s4").exists() and json.loads((cell / "plan.json").read_text()) == plan
 
 
 def test_restore_of_a_study_never_stored_is_one_line_and_exit_2(capsys):

@@ -6,23 +6,32 @@
 Copies each finished run's summary.json, log.jsonl, test_eval.json and reach.json (never checkpoints; the runs
 and the learning-rate probes under lr/ alike), the sweep's plan.json and any further files named
 (evaluation JSON); each file is written to a temporary name and renamed. --runs keeps the runs of these
-configs only.
+configs only. A study stored before keeps its runs: the sweep's plan.json is merged into the stored one as
+a resuming sweep merges its own (more configs or seeds of the same settings: seeds 2-3 of a cell land
+beside its seed 1), and a plan made with other settings is refused (store it under another name).
 
     python -m tools.tables.store sweeps/recall/w64-t64-p4 recall/w64-t64-p4 --restore
 
 --restore goes the other way, for a study that runs over several sessions on machines that keep only
-what was committed: the stored files of every run SWEEP lacks are copied back into it, so that the same
-tools.sweep command skips the finished runs (their summary.json says finished) and trains the rest.
+what was committed: the stored files of every run SWEEP lacks (and its plan.json, where SWEEP has none)
+are copied back into it, so that the same tools.sweep command skips the finished runs (their summary.json
+says finished) and trains the rest.
 """
 import glob
+import json
 import os
 import sys
 
 from tools.compare import config_name
+from tools.sweep import PLAN, grows_freely, same_inputs
 from tools.tables.source import HERE, results_dir
 from trainer.checkpoint import WriteError
 from trainer.cli import OneLineParser, fail
-from trainer.rundir import LOG, REACH, SUMMARY, TEST_EVAL, Run, write_text_atomic
+from trainer.rundir import LOG, REACH, SUMMARY, TEST_EVAL, Run, write_json_atomic, write_text_atomic
+
+
+class PlanClash(Exception):
+    """The sweep's plan.json and the stored one were made with other settings: their runs do not belong together."""
 
 
 def copy(src, dst):
@@ -51,12 +60,44 @@ def copy_runs(src, dst, runs):
     return written
 
 
+def merged_plan(stored_path, sweep_path):
+    """The sweep's plan merged into the stored one, as tools.sweep merges a resumed sweep's: the same inputs
+    (configs aside where each config is planned alone), the configs of both, each config's entry agreeing."""
+    with open(sweep_path, encoding="utf-8") as f:
+        new = json.load(f)
+    if not os.path.isfile(stored_path):
+        return new
+    with open(stored_path, encoding="utf-8") as f:
+        old = json.load(f)
+    old_in, new_in = old.get("inputs", {}), new.get("inputs", {})
+    if not same_inputs(old_in, new_in):
+        diff = ", ".join(k for k in sorted(set(old_in) | set(new_in)) if old_in.get(k) != new_in.get(k))
+        raise PlanClash(f"{stored_path} was planned with other settings ({diff} differ from {sweep_path}); "
+                        "store this sweep under another study name")
+    old_cfg, new_cfg = old.get("configs", {}), new.get("configs", {})
+    clash = [c for c in old_cfg if c in new_cfg and old_cfg[c] != new_cfg[c]]
+    if clash:
+        raise PlanClash(f"{stored_path} planned {clash[0]} otherwise than {sweep_path} (its learning rate or "
+                        "budget); store this sweep under another study name")
+    inputs = new_in
+    if grows_freely(new_in):
+        inputs = {**new_in, "configs": sorted(set(old_in["configs"]) | set(new_in["configs"]))}
+    return {**old, **new, "inputs": inputs, "configs": {**old_cfg, **new_cfg}}
+
+
 def store(sweep, study, extra=(), configs=None, root=HERE):
-    """[paths written]: the small files of sweep's runs (of configs, or all) and extra under docs/results/study."""
+    """[paths written]: the small files of sweep's runs (of configs, or all), its plan merged into the stored
+    one, and extra under docs/results/study."""
     out = results_dir(root, study)
+    plan = os.path.join(sweep, PLAN)
+    plan = os.path.isfile(plan) and merged_plan(os.path.join(out, PLAN), plan)   # refused before anything is copied
     runs = [r for r in run_folders(sweep) if not configs or config_name(os.path.basename(r)) in configs]
     written = copy_runs(sweep, out, runs)
-    for path in [os.path.join(sweep, "plan.json"), *extra]:
+    if plan:
+        os.makedirs(out, exist_ok=True)
+        written.append(os.path.join(out, PLAN))
+        write_json_atomic(plan, written[-1])
+    for path in extra:
         if os.path.isfile(path):
             written.append(os.path.join(out, os.path.basename(path)))
             copy(path, written[-1])
@@ -66,8 +107,12 @@ def store(sweep, study, extra=(), configs=None, root=HERE):
 def restore(study, sweep, root=HERE):
     """[paths written]: the stored files of each run of docs/results/study that sweep has no summary.json of."""
     stored = results_dir(root, study)
-    return copy_runs(stored, sweep, [r for r in run_folders(stored)
-                                     if not os.path.isfile(os.path.join(sweep, r, SUMMARY))])
+    written = copy_runs(stored, sweep, [r for r in run_folders(stored)
+                                        if not os.path.isfile(os.path.join(sweep, r, SUMMARY))])
+    if os.path.isfile(os.path.join(stored, PLAN)) and not os.path.isfile(os.path.join(sweep, PLAN)):
+        written.append(os.path.join(sweep, PLAN))   # the resumed sweep then plans on from it
+        copy(os.path.join(stored, PLAN), written[-1])
+    return written
 
 
 def main(argv=None):
@@ -91,8 +136,8 @@ def main(argv=None):
             fail(f"--runs={unknown[0]}: {args.sweep} holds no finished run of that config (runs are named "
                  f"<config>-s<seed>; --runs takes the config: {', '.join(sorted(finished)) or 'none finished'})")
     try:
-        written = store(args.sweep, args.study, args.extra, configs)
-    except WriteError as e:
+        written = store(args.sweep, args.study, args.extra, configs, root=HERE)
+    except (WriteError, PlanClash) as e:
         fail(str(e))
     if not written:
         fail(f"{args.sweep} holds no run folder with a summary.json; point it at a sweep's --out")
