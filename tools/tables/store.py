@@ -70,7 +70,9 @@ def merged_plan(stored_path, sweep_path):
     with open(stored_path, encoding="utf-8") as f:
         old = json.load(f)
     old_in, new_in = old.get("inputs", {}), new.get("inputs", {})
-    if not same_inputs(old_in, new_in):
+    sweep_made = {"match", "lr_grid"} <= set(new_in)             # tools.sweep's keys (a hand-made plan: equality)
+    planned_alone = sweep_made and grows_freely(new_in)
+    if not (same_inputs(old_in, new_in) if sweep_made else old_in == new_in):
         diff = ", ".join(k for k in sorted(set(old_in) | set(new_in)) if old_in.get(k) != new_in.get(k))
         raise PlanClash(f"{stored_path} was planned with other settings ({diff} differ from {sweep_path}); "
                         "store this sweep under another study name")
@@ -80,7 +82,7 @@ def merged_plan(stored_path, sweep_path):
         raise PlanClash(f"{stored_path} planned {clash[0]} otherwise than {sweep_path} (its learning rate or "
                         "budget); store this sweep under another study name")
     inputs = new_in
-    if grows_freely(new_in):
+    if planned_alone:
         inputs = {**new_in, "configs": sorted(set(old_in["configs"]) | set(new_in["configs"]))}
     return {**old, **new, "inputs": inputs, "configs": {**old_cfg, **new_cfg}}
 
@@ -89,8 +91,8 @@ def store(sweep, study, extra=(), configs=None, root=HERE):
     """[paths written]: the small files of sweep's runs (of configs, or all), its plan merged into the stored
     one, and extra under docs/results/study."""
     out = results_dir(root, study)
-    plan = os.path.join(sweep, PLAN)
-    plan = os.path.isfile(plan) and merged_plan(os.path.join(out, PLAN), plan)   # refused before anything is copied
+    sweep_plan = os.path.join(sweep, PLAN)
+    plan = merged_plan(os.path.join(out, PLAN), sweep_plan) if os.path.isfile(sweep_plan) else None   # refused first
     runs = [r for r in run_folders(sweep) if not configs or config_name(os.path.basename(r)) in configs]
     written = copy_runs(sweep, out, runs)
     if plan:
