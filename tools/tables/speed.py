@@ -9,7 +9,7 @@ import statistics
 from types import SimpleNamespace
 
 from tools import compare, stats
-from tools.benchmarks import cpu, decode, gla, nanogpt
+from tools.benchmarks import cpu, decode, gla, longctx, nanogpt
 from tools.tables.source import md_table, results_dir
 from trainer.rundir import load_run
 
@@ -122,6 +122,18 @@ def allocator(root):
                      "tokens/s"], rows)
 
 
+def linear_in_t(root):
+    """The longctx suite's training rows (docs/results/speed/linear_in_t.json): tokens/s per length and the
+    ratio of the longest length's to the shortest's (1.0: cost linear in T; 1/16 from 256 to 4,096:
+    quadratic)."""
+    rows = load_json(os.path.join(results_dir(root, "speed"), "linear_in_t.json"))
+    lens = [t["T"] for t in rows[0]["train"]]
+    return md_table(["variant", *(f"train tok/s T={t:,}" for t in lens), f"T={lens[-1]:,} / T={lens[0]:,}"],
+                    [[f"{r['variant']} ({r['attention']})",
+                      *(longctx.cell(e, "tokens_per_sec", ",.0f") for e in r["train"]),
+                      f"{r['train'][-1]['tokens_per_sec'] / r['train'][0]['tokens_per_sec']:.2f}"] for r in rows])
+
+
 TABLES = {
     "dtype256-paired": dtype_paired,
     "dtype256-means": dtype_means,
@@ -139,4 +151,5 @@ TABLES = {
     "speed-decode-hf": decode_hf,
     "speed-allocator": allocator,
     "speed-gla-paths": bench("gla_paths", lambda run: gla.paths_markdown(run["paths"])),
+    "speed-linear-in-t": linear_in_t,
 }
