@@ -327,6 +327,17 @@ def test_more_seeds_of_a_stored_cell_land_beside_it_and_a_plan_of_other_settings
     plan = json.loads((cell / "plan.json").read_text())
     assert plan["inputs"]["configs"] == ["config/recall/gla.py", "config/recall/mha.py"]
     assert sorted(plan["configs"]) == ["gla", "mha"]
+    grown = sweep_plan(["gla"])                  # the same sweep later: its entry grew, its rate is the same
+    grown["configs"]["gla"]["lr_grid"] = {"0.01": 0.5}
+    (tmp_path / "seeds" / "plan.json").write_text(json.dumps(grown))
+    store.store(str(tmp_path / "seeds"), "cell", root=str(tmp_path))
+    plan = json.loads((cell / "plan.json").read_text())
+    assert plan["configs"]["gla"]["lr_grid"] == {"0.01": 0.5} and sorted(plan["configs"]) == ["gla", "mha"]
+    other_rate = sweep_plan(["gla"])
+    other_rate["configs"]["gla"]["learning_rate"] = 0.003
+    (tmp_path / "seeds" / "plan.json").write_text(json.dumps(other_rate))
+    with pytest.raises(store.PlanClash, match="planned gla otherwise"):
+        store.store(str(tmp_path / "seeds"), "cell", root=str(tmp_path))
     fake_sweep(tmp_path / "other", {"gla-s4": (1.8, 1.9)})
     (tmp_path / "other" / "plan.json").write_text(json.dumps(sweep_plan(["gla"], overrides=["--n_embd=128"])))
     monkeypatch.setattr(store, "HERE", str(tmp_path))

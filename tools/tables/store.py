@@ -29,6 +29,8 @@ from trainer.checkpoint import WriteError
 from trainer.cli import OneLineParser, fail
 from trainer.rundir import LOG, REACH, SUMMARY, TEST_EVAL, Run, write_json_atomic, write_text_atomic
 
+DECIDED = ("learning_rate", "max_iters")   # what a sweep's plan decides per config
+
 
 class PlanClash(Exception):
     """The sweep's plan.json and the stored one were made with other settings: their runs do not belong together."""
@@ -77,7 +79,9 @@ def merged_plan(stored_path, sweep_path):
         raise PlanClash(f"{stored_path} was planned with other settings ({diff} differ from {sweep_path}); "
                         "store this sweep under another study name")
     old_cfg, new_cfg = old.get("configs", {}), new.get("configs", {})
-    clash = [c for c in old_cfg if c in new_cfg and old_cfg[c] != new_cfg[c]]
+    # a resumed sweep's entry grows (probes, overrides); only a rate or budget decided otherwise clashes
+    clash = [c for c in old_cfg.keys() & new_cfg.keys()
+             if any(k in old_cfg[c] and k in new_cfg[c] and old_cfg[c][k] != new_cfg[c][k] for k in DECIDED)]
     if clash:
         raise PlanClash(f"{stored_path} planned {clash[0]} otherwise than {sweep_path} (its learning rate or "
                         "budget); store this sweep under another study name")
