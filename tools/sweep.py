@@ -371,6 +371,19 @@ def grows_freely(inputs) -> bool:
     return not inputs["match"] and not inputs["lr_grid"]
 
 
+def merged_inputs(old, new):
+    """The inputs of a plan made with `old` that serves `new` (it names every config either planned, where
+    each config is planned alone), or None where it cannot serve them (see differing_inputs)."""
+    if not same_inputs(old, new):
+        return None
+    return {**old, "configs": sorted(set(old["configs"]) | set(new["configs"]))} if grows_freely(new) else old
+
+
+def differing_inputs(old, new) -> list:
+    """The inputs that differ between two plans, for a refusal's message."""
+    return [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
 def load_plan(out, inputs):
     """OUT/plan.json of an earlier invocation with the same inputs, a fresh plan, or a refusal."""
     path = os.path.join(out, PLAN)
@@ -378,14 +391,12 @@ def load_plan(out, inputs):
         return {"inputs": inputs, "configs": {}}
     with open(path) as f:
         plan = json.load(f)
-    if not same_inputs(plan.get("inputs", {}), inputs):
-        old = plan.get("inputs", {})
-        diff = [k for k in inputs if old.get(k) != inputs[k]]
+    merged = merged_inputs(plan.get("inputs", {}), inputs)
+    if merged is None:
+        diff = differing_inputs(plan.get("inputs", {}), inputs)
         fail(f"{out} holds a sweep made with other settings ({', '.join(diff)} differ: {path}); re-run it with "
              "the same command, or give this one another --out")
-    if grows_freely(inputs):  # the plan names every config any invocation trained
-        plan["inputs"]["configs"] = sorted(set(plan["inputs"]["configs"]) | set(inputs["configs"]))
-    return plan
+    return {**plan, "inputs": merged}
 
 
 def save_plan(out, plan):

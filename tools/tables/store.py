@@ -23,7 +23,7 @@ import os
 import sys
 
 from tools.compare import config_name
-from tools.sweep import PLAN, grows_freely, same_inputs
+from tools.sweep import PLAN, differing_inputs, merged_inputs
 from tools.tables.source import HERE, results_dir
 from trainer.checkpoint import WriteError
 from trainer.cli import OneLineParser, fail
@@ -73,11 +73,10 @@ def merged_plan(stored_path, sweep_path):
         old = json.load(f)
     old_in, new_in = old.get("inputs", {}), new.get("inputs", {})
     sweep_made = {"match", "lr_grid"} <= set(new_in)             # tools.sweep's keys (a hand-made plan: equality)
-    planned_alone = sweep_made and grows_freely(new_in)
-    if not (same_inputs(old_in, new_in) if sweep_made else old_in == new_in):
-        diff = ", ".join(k for k in sorted(set(old_in) | set(new_in)) if old_in.get(k) != new_in.get(k))
-        raise PlanClash(f"{stored_path} was planned with other settings ({diff} differ from {sweep_path}); "
-                        "store this sweep under another study name")
+    inputs = merged_inputs(old_in, new_in) if sweep_made else (new_in if old_in == new_in else None)
+    if inputs is None:
+        raise PlanClash(f"{stored_path} was planned with other settings ({', '.join(differing_inputs(old_in, new_in))} "
+                        f"differ from {sweep_path}); store this sweep under another study name")
     old_cfg, new_cfg = old.get("configs", {}), new.get("configs", {})
     # a resumed sweep's entry grows (probes, overrides); only a rate or budget decided otherwise clashes
     clash = [c for c in old_cfg.keys() & new_cfg.keys()
@@ -85,9 +84,6 @@ def merged_plan(stored_path, sweep_path):
     if clash:
         raise PlanClash(f"{stored_path} planned {clash[0]} otherwise than {sweep_path} (its learning rate or "
                         "budget); store this sweep under another study name")
-    inputs = new_in
-    if planned_alone:
-        inputs = {**new_in, "configs": sorted(set(old_in["configs"]) | set(new_in["configs"]))}
     return {**old, **new, "inputs": inputs, "configs": {**old_cfg, **new_cfg}}
 
 
