@@ -19,7 +19,7 @@ def causal_conv(x, weight, past):
     step takes too: on a CPU at the fair study's shape faster, forward and backward, than conv1d on a
     transposed (B, C, T) copy. Under autograd, ConvSilu runs it with its backward written out."""
     full = torch.cat([in_dtype(past, x.dtype), x], dim=1)                     # (B, K-1+T, C)
-    w = in_dtype(weight.t(), x.dtype)                                         # (K, C)
+    w = in_dtype(weight.t().contiguous(), x.dtype)                            # (K, C)
     if torch.is_grad_enabled() and (full.requires_grad or w.requires_grad):
         y = ConvSilu.apply(full, w)
     else:
