@@ -248,6 +248,23 @@ def test_unit_lower_inverse_equals_the_dense_inverse(n):
     torch.testing.assert_close(g_got.tril(-1), g_want.tril(-1), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("n", [1, 7, 32, 64])
+def test_unit_lower_inverse_function_reads_the_strict_lower_part_and_its_gradient_is_the_inverse_s(n):
+    """UnitLowerInverse (the backward written out) against torch.linalg.inv of I + tril(A, -1) in float64,
+    with A's diagonal and upper part filled with noise it must ignore: outputs, and a gradient equal to
+    the dense inverse's on the strictly lower part and zero elsewhere."""
+    from kernels.delta_chunked import UnitLowerInverse
+    A = (torch.randn(2, 3, n, n, dtype=torch.float64) * 0.3).requires_grad_()
+    strict = A.tril(-1)
+    want = torch.linalg.inv(strict + torch.eye(n, dtype=torch.float64))
+    got = UnitLowerInverse.apply(A)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    w = torch.randn_like(want)
+    g_got, = torch.autograd.grad((got * w).sum(), A)
+    g_want, = torch.autograd.grad((want * w).sum(), A)
+    torch.testing.assert_close(g_got, g_want, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("taps", [1, 2, 4])
 def test_short_conv_equals_conv1d_in_outputs_and_gradients(taps):
     """causal_conv (its written-out backward under autograd, the plain sum without) against float64
