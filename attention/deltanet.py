@@ -84,7 +84,7 @@ class DeltaNet(Attention):
         if config.delta_beta not in cls.BETAS:
             raise ValueError(f"unknown delta_beta={config.delta_beta!r}; choose one of {', '.join(cls.BETAS)}")
         if config.delta_chunk < 1:
-            raise ValueError(f"delta_chunk={config.delta_chunk} must be at least 1 (32 is the default)")
+            raise ValueError(f"delta_chunk={config.delta_chunk} must be at least 1 (16 is the default)")
         if config.attn_output_gate != "none":
             raise ValueError(f"attn_output_gate is for softmax attention; attention={name} has its own output gate")
 

@@ -6,4 +6,4 @@ out_dir = "out-deltanet"
 attention = "deltanet"
 pos_encoding = "none"
 delta_conv = 4
-delta_chunk = 32
+delta_chunk = 16

@@ -5,4 +5,4 @@ out_dir = "out-gated_deltanet"
 attention = "gated_deltanet"
 pos_encoding = "none"
 delta_conv = 4
-delta_chunk = 32
+delta_chunk = 16

@@ -306,13 +306,16 @@ def test_run_reads_each_file_of_a_folder_and_the_checkpoint_header_without_its_w
 
 
 def test_settings_compare_only_the_keys_a_run_reads():
-    """A default of a key only the delta rule reads (delta_chunk) changed between two runs: an mha run
-    is the same run (a sweep resumes it), a deltanet run is not; a key every run reads always counts."""
+    """A default of a key only the delta rule reads (delta_conv) changed between two runs: an mha run
+    is the same run (a sweep resumes it), a deltanet run is not; a key every run reads always counts.
+    A chunk length (delta_chunk, gla_chunk) never counts: the chunked forms compute the same math at
+    any length, rounded otherwise, as a thread count rounds otherwise."""
     from trainer.rundir import settings_differ
-    mha = {"attention": "mha", "learning_rate": 1e-3, "delta_chunk": 64, "gla_chunk": 64}
-    assert settings_differ(mha, {**mha, "delta_chunk": 32, "gla_chunk": 16}) == []
+    mha = {"attention": "mha", "learning_rate": 1e-3, "delta_conv": 4, "delta_chunk": 64, "gla_chunk": 64}
+    assert settings_differ(mha, {**mha, "delta_conv": 2, "delta_chunk": 32, "gla_chunk": 16}) == []
     assert settings_differ(mha, {**mha, "learning_rate": 3e-3}) == ["learning_rate: 0.001 vs 0.003"]
     delta = {**mha, "attention": "deltanet"}
-    assert settings_differ(delta, {**delta, "delta_chunk": 32}) == ["delta_chunk: 64 vs 32"]
+    assert settings_differ(delta, {**delta, "delta_conv": 2}) == ["delta_conv: 4 vs 2"]
+    assert settings_differ(delta, {**delta, "delta_chunk": 16}) == []
     hybrid = {**mha, "attention": "gla,mha"}
-    assert settings_differ(hybrid, {**hybrid, "gla_chunk": 16}) == ["gla_chunk: 64 vs 16"]
+    assert settings_differ(hybrid, {**hybrid, "gla_chunk": 16}) == []

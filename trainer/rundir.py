@@ -251,15 +251,16 @@ def run_state(run_dir) -> str:
 
 
 # Keys that may differ between runs of one config (where they run, what they are called, how many
-# threads): every other key of summary.json's "settings" is the experiment.
+# threads, the chunk length of an exact chunked form: the same math, rounded otherwise, as threads
+# round otherwise): every other key of summary.json's "settings" is the experiment.
 SETTINGS_EXEMPT = ("seed", "out_dir", "init_from", "overwrite", "wandb_run_name", "wandb_group", "threads",
-                   "device", "compile", "backend")
+                   "device", "compile", "backend", "delta_chunk", "gla_chunk")
 
 
 def settings_differ(a: dict, b: dict, exempt=SETTINGS_EXEMPT) -> list:
     """['key: a vs b', ...] for the keys two runs' settings disagree on, beyond the exempt ones and
     the keys owned by attention variants neither run uses (an mha run is the same run whatever the
-    default of delta_chunk, which only the delta rule reads)."""
+    default of delta_conv, which only the delta rule reads)."""
     from attention import key_owners  # imports every variant: only when settings are compared
     used = {name.strip() for s in (a, b) for name in str(s.get("attention", "")).split(",")}
     unread = {k for k, owners in key_owners().items() if not used & set(owners)}
