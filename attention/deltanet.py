@@ -37,6 +37,7 @@ from attention.cache import ConvStateCache
 from attention.short_conv import causal_conv, conv_weight
 from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
 from kernels.gla_chunked import fp32, in_dtype
+from kernels.norms import l2_normalize, rms_norm_gated
 from kernels.reference import naive_recurrent_delta_rule
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Mamba-2's range for the initial step size dt = softplus(dt_bias)
@@ -95,7 +96,7 @@ class DeltaNet(Attention):
         qkv, past = causal_conv(self.c_attn(x), self.conv_weight, past)
         # split, not slices (whose backward zeroes a copy of the whole input each: linear_family.project)
         qk, v = qkv.view(B, T, 3 * H, D).split([2 * H, H], dim=2)                       # [q: H | k: H], [v: H]
-        qk, = self.rope(pos, F.normalize(qk, dim=-1).transpose(1, 2))                   # q and k at once
+        qk, = self.rope(pos, l2_normalize(qk).transpose(1, 2))                          # q and k at once
         q, k, v = *qk.split([H, H], dim=1), v.transpose(1, 2)                           # (B, H, T, D)
         beta = torch.sigmoid(fp32(self.b_proj(x))).transpose(1, 2)                        # (B, H, T)
         if self.beta_scale != 1.0:
@@ -116,7 +117,8 @@ class DeltaNet(Attention):
             o, state = rule(q, k, v, beta, g, initial_state=state, output_final_state=cache is not None)
         if cache is not None:
             cache.update(state, fp32(past), T)
-        o = self.o_norm(in_dtype(o, x.dtype)).transpose(1, 2) * F.silu(self.r_proj(x).view(B, T, H, D))
+        o = rms_norm_gated(in_dtype(o, x.dtype).transpose(1, 2), self.o_norm.weight, self.r_proj(x).view(B, T, H, D),
+                           self.o_norm.eps)                                    # (B, T, H, D): o_norm, the gate
         return self.resid_dropout(self.c_proj(o.reshape(B, T, H * D)))
 
     def kernel_cases(self) -> dict:

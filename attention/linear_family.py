@@ -58,6 +58,7 @@ from attention.cache import ConvStateCache, StateCache
 from attention.record import record_linear
 from attention.short_conv import causal_conv, conv_weight
 from kernels.gla_chunked import chunk_gla, fp32, in_dtype, in_fp32, recurrent_gla_step, softmax_pair_inputs
+from kernels.norms import rms_norm_gated
 from kernels.reference import naive_recurrent_gla
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
@@ -226,9 +227,12 @@ class LinearFamilyAttention(Attention):
             o = o / (norm + SUM_EPS)
         # the norm in the residual stream's dtype (fp32 under bf16 autocast: RMSNorm's fused kernel
         # wants its input and weight alike)
-        o = self.o_norm(in_dtype(o, x.dtype)).transpose(1, 2)          # (B, T, H, D)
-        if r is not None:
-            o = o * F.silu(r)
+        o = in_dtype(o, x.dtype)
+        if r is not None and isinstance(self.o_norm, nn.RMSNorm):      # both at once (kernels/norms.py)
+            o = rms_norm_gated(o.transpose(1, 2), self.o_norm.weight, r, self.o_norm.eps)  # (B, T, H, D)
+        else:
+            o = self.o_norm(o).transpose(1, 2)
+            o = o if r is None else o * F.silu(r)
         return self.resid_dropout(self.c_proj(o.reshape(B, T, self.n_head * self.head_dim)))
 
     def kernel_cases(self) -> dict:

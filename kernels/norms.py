@@ -1,0 +1,77 @@
+"""Two small ops of the delta rule's and the linear family's layers, with their backward written out:
+
+    l2_normalize(x)                    x / max(||x||, eps) over the last dim    (F.normalize's math)
+    rms_norm_gated(o, weight, r, eps)  RMSNorm(o) * weight * silu(r)            (fla's FusedRMSNormGated)
+
+On a CPU at the fair study's shape a layer is many small elementwise ops, and autograd's replay of
+F.normalize and nn.RMSNorm (about 30 ops forward and backward for the pair, several on whole-size
+temporaries) costs as much as a layer's matmuls; written out they take about a third of the ops.
+Without autograd (decoding) each is its plain forward. Both compute in the input's dtype, as the
+modules they replace do; tests/test_norms.py holds them to float64 F.normalize and nn.RMSNorm.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """F.normalize(x, dim=-1, eps=eps)."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return L2Normalize.apply(x, eps)
+    return x * x.norm(dim=-1, keepdim=True).clamp_min(eps).reciprocal()
+
+
+class L2Normalize(torch.autograd.Function):
+    """y = x r with r = 1 / max(||x||, eps) per row; where ||x|| > eps, dx = r (dy - y <dy, y>), else
+    (r a constant) dx = r dy."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        norm = x.norm(dim=-1, keepdim=True)                                   # [..., 1]
+        r = norm.clamp_min(eps).reciprocal()
+        y = x * r
+        ctx.save_for_backward(y, r, norm > eps)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        y, r, unclamped = ctx.saved_tensors
+        along = (dy * y).sum(dim=-1, keepdim=True) * unclamped                # <dy, y>, 0 where clamped
+        return (dy - y * along) * r, None
+
+
+def rms_norm_gated(o: torch.Tensor, weight: torch.Tensor, r: torch.Tensor, eps: float) -> torch.Tensor:
+    """nn.RMSNorm(D, eps)(o) (its weight) * silu(r), o and r (..., D) of one shape (o may be a transposed
+    view); the output is laid out as r is (contiguous when r is)."""
+    if torch.is_grad_enabled() and (o.requires_grad or weight.requires_grad or r.requires_grad):
+        return RMSNormGated.apply(o, weight, r, eps)
+    return F.silu(r) * (o * rms_reciprocal(o, eps) * weight)
+
+
+def rms_reciprocal(o, eps):
+    """1 / sqrt(mean(o^2) + eps) per row, [..., 1]."""
+    return torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+class RMSNormGated(torch.autograd.Function):
+    """y = n w s with n = o rstd (rstd = 1 / sqrt(mean(o^2) + eps)), s = silu(r):
+
+        dr = silu'(r) (dy n w)      dw = sum over rows of dy s n
+        dn = dy s w                 do = rstd (dn - n mean(dn n))"""
+
+    @staticmethod
+    def forward(ctx, o, weight, r, eps):
+        rstd = rms_reciprocal(o, eps)
+        n = o * rstd
+        y = F.silu(r) * (n * weight)
+        ctx.save_for_backward(n, rstd, weight, r)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        n, rstd, weight, r = ctx.saved_tensors
+        dr = torch.ops.aten.silu_backward((dy * (n * weight)).to(r.dtype), r)
+        dn_w = dy * F.silu(r)                                                  # dL/d(n w)
+        dweight = (dn_w * n).reshape(-1, n.size(-1)).sum(0)
+        dn = dn_w * weight
+        do = (dn - n * (dn * n).mean(dim=-1, keepdim=True)) * rstd
+        return do, dweight.to(weight.dtype), dr, None
