@@ -93,8 +93,8 @@ class GPTConfig:
     # --- the delta rule (attention/deltanet.py: deltanet, gated_deltanet) ---
     delta_conv: int = 4           # taps of the short causal convolution on q, k and v (the papers' 4; 1 = none
                                   # over time); its last delta_conv - 1 inputs are part of the decoding cache
-    delta_chunk: int = 16         # chunk length of the chunked (WY) form: 16 is the fastest on a CPU from 256 to
-                                  # 4,096 tokens (fla's GPU kernels use 64; docs/speed.md), results alike to rounding
+    delta_chunk: int = 16         # chunk length of the chunked (WY) form: 16 is the fastest on a CPU at the studies'
+                                  # 256 tokens, about even with 32 to 4,096 (fla's GPU kernels use 64; docs/speed.md)
     delta_beta: str = "sigmoid"   # the write strength: sigmoid (beta in (0, 1), the papers') | sigmoid2 (2 sigmoid,
                                   # in (0, 2): I - beta k k^T may flip sign, Grazzi et al. 2025's negative eigenvalues)
 

@@ -122,6 +122,41 @@ def allocator(root):
                      "tokens/s"], rows)
 
 
+def before_after(folder):
+    """The cpu suite run at a parent commit and at its change, alternating (docs/results/speed/<folder>/
+    {before,after}_run<n>.json): per config and setting, tokens/s as a multiple of the first config's
+    (MHA's) in the same run, each run, before → after."""
+    def table(root):
+        runs = {w: [load_json(p) for p in sorted(glob.glob(os.path.join(results_dir(root, "speed"), folder,
+                                                                          f"{w}_run*.json")))]
+                for w in ("before", "after")}
+        first = runs["after"][0]
+        base = next(iter(first["params"]))
+        settings = range(len(first["train_ms_per_step"]))
+
+        def ratio(run, i, config):
+            ms = run["train_ms_per_step"][i]
+            return f"{ms[base] / ms[config]:.2f}"
+        rows = [[c, *(" → ".join("; ".join(ratio(r, i, c) for r in runs[w]) for w in ("before", "after"))
+                      for i in settings)] for c in first["params"]]
+        heads = [f"{s['dtype']}, {s['threads']} thread(s): x {base}, each run, before → after"
+                 for s in first["train_ms_per_step"]]
+        return md_table(["config", *heads], rows)
+    return table
+
+
+def delta_chunk(root):
+    """The longctx suite at each delta_chunk (docs/results/speed/delta_chunk/chunk<C>.json): training
+    tokens/s per variant, chunk length and sequence length."""
+    paths = glob.glob(os.path.join(results_dir(root, "speed"), "delta_chunk", "chunk*.json"))
+    runs = sorted((int(os.path.basename(p)[len("chunk"):-len(".json")]), load_json(p)) for p in paths)
+    lens = [t["T"] for t in runs[0][1][0]["train"]]
+    rows = [[r["variant"], str(chunk), *(longctx.cell(e, "tokens_per_sec", ",.0f") for e in r["train"])]
+            for variant in [r["variant"] for r in runs[0][1]]
+            for chunk, run in runs for r in run if r["variant"] == variant]
+    return md_table(["variant", "delta_chunk", *(f"train tok/s T={t:,}" for t in lens)], rows)
+
+
 def linear_in_t(root):
     """The longctx suite's training rows (docs/results/speed/linear_in_t.json): tokens/s per length and the
     ratio of the longest length's to the shortest's (1.0: cost linear in T; 1/16 from 256 to 4,096:
@@ -147,6 +182,8 @@ TABLES = {
     "speed-cpu-delta": bench("cpu_delta", cpu.markdown),
     "speed-cpu-delta-pass-before": bench("cpu_delta_pass_before", cpu.markdown),
     "speed-cpu-delta-pass-after": bench("cpu_delta_pass_after", cpu.markdown),
+    "speed-delta-ops": before_after("delta_ops"),
+    "speed-delta-chunk": delta_chunk,
     "speed-decode": decode_before_after,
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
