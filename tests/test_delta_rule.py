@@ -267,9 +267,9 @@ def test_unit_lower_inverse_function_reads_the_strict_lower_part_and_its_gradien
 
 @pytest.mark.parametrize("taps", [1, 2, 4])
 def test_short_conv_equals_conv1d_in_outputs_and_gradients(taps):
-    """causal_conv (its written-out backward under autograd, the plain sum without) against float64
-    F.conv1d over [past | x], left to right, then SiLU: outputs, the next past, and the gradients of
-    x, the weights and the past."""
+    """causal_conv (its written-out backward under autograd, the plain sum without, and the one-token
+    step) against float64 F.conv1d over [past | x], left to right, then SiLU: outputs, the next past,
+    and the gradients of x, the weights and the past."""
     from attention.short_conv import causal_conv
     g = torch.Generator().manual_seed(taps)
     B, T, C = 2, 9, 5
@@ -294,3 +294,7 @@ def test_short_conv_equals_conv1d_in_outputs_and_gradients(taps):
         assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
     with torch.no_grad():
         assert torch.allclose(causal_conv(x, w, past)[0].double(), want_y, atol=1e-5)
+        window = past                                      # one token at a time (the decoding step's own sum)
+        for t in range(T):
+            y_t, window = causal_conv(x[:, t:t + 1], w, window)
+            assert torch.allclose(y_t.double(), want_y[:, t:t + 1], atol=1e-5)
