@@ -55,6 +55,21 @@ def test_resume_reproduces_an_uninterrupted_run(data_root, tmp_path):
     assert abs(a[-1]["val_loss"] - b[-1]["val_loss"]) < 1e-5
 
 
+def test_resume_may_change_the_chunk_length_but_not_the_model(data_root, tmp_path):
+    """A deltanet run made at chunks of 32 resumes at 16 (the default moved; the same math), and its
+    resumed loss stays that of the uninterrupted run at 32 to rounding; a model key still refuses."""
+    common = ("--eval_interval=20", "--attention=deltanet", "--pos_encoding=none")
+    train.main(train_args(data_root, tmp_path / "a", "--max_iters=40", "--delta_chunk=32", *common))
+    train.main(train_args(data_root, tmp_path / "b", "--max_iters=20", "--delta_chunk=32", *common))
+    train.main(train_args(data_root, tmp_path / "b", "--max_iters=40", "--init_from=resume", "--delta_chunk=16",
+                          *common))
+    assert torch.load(tmp_path / "b" / "ckpt.pt", weights_only=True)["model_args"]["delta_chunk"] == 16
+    assert abs(read_log(tmp_path / "a")[-1]["val_loss"] - read_log(tmp_path / "b")[-1]["val_loss"]) < 1e-3
+    with pytest.raises(SystemExit):
+        train.main(train_args(data_root, tmp_path / "b", "--max_iters=60", "--init_from=resume", "--delta_conv=2",
+                              *common))
+
+
 @pytest.mark.parametrize("attention", ATTENTIONS)
 @pytest.mark.parametrize("pos_encoding", POS_ENCODINGS)
 def test_greedy_sample_same_with_and_without_cache(data_root, tmp_path, capsys, attention, pos_encoding):

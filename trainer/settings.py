@@ -76,8 +76,9 @@ class TrainConfig:
 
 MODEL_KEYS = {f.name: f.type for f in fields(GPTConfig) if f.name != "vocab_size"}
 TRAIN_KEYS = {f.name: f.type for f in fields(TrainConfig)}
-# keys a resumed run may change; every other model key must match the checkpoint
-RESUME_MAY_CHANGE = ("attn_impl", "dropout")
+# keys a resumed run may change (the chunk lengths: the same math, rounded otherwise, as rundir.py's
+# SETTINGS_EXEMPT has it); every other model key must match the checkpoint
+RESUME_MAY_CHANGE = ("attn_impl", "dropout", "delta_chunk", "gla_chunk")
 # keys a fine-tune from a run's folder may change: a longer context with its RoPE stretched, as in
 # position interpolation and YaRN; every other model key comes from the run's checkpoint
 FINETUNE_MAY_CHANGE = (*RESUME_MAY_CHANGE, "block_size", "rope_scaling", "rope_factor", "rope_original_context",

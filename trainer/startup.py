@@ -97,7 +97,7 @@ def read_resume_checkpoint(tc, gptconf, explicit):
     if not os.path.exists(path):
         raise ConfigError(f"init_from=resume but {path} does not exist; train with init_from=scratch first")
     ckpt = load_checkpoint(path, "cpu", required=RESUME_KEYS)
-    saved = model_config_from_checkpoint(ckpt, path, attn_impl=gptconf.attn_impl, dropout=gptconf.dropout)
+    saved = model_config_from_checkpoint(ckpt, path, **{k: getattr(gptconf, k) for k in RESUME_MAY_CHANGE})
     differ = [f"{k}={getattr(gptconf, k)!r} (checkpoint: {getattr(saved, k)!r})" for k in sorted(explicit)
               if k in MODEL_KEYS and k not in RESUME_MAY_CHANGE and getattr(gptconf, k) != getattr(saved, k)]
     if differ:
