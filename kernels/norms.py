@@ -3,9 +3,9 @@
     l2_normalize(x)                    x / max(||x||, eps) over the last dim    (F.normalize's math)
     rms_norm_gated(o, weight, r, eps)  RMSNorm(o) * weight * silu(r)            (fla's FusedRMSNormGated)
 
-On a CPU at the fair study's shape a layer is many small elementwise ops, and autograd's replay of
-F.normalize and nn.RMSNorm (about 30 ops forward and backward for the pair, several on whole-size
-temporaries) costs as much as a layer's matmuls; written out they take about a third of the ops.
+On a CPU at the fair study's shape a delta-rule layer is many small elementwise ops beside its
+matmuls, and autograd's replay of F.normalize and of nn.RMSNorm times silu takes about 30 of them
+forward and backward, several on whole-size temporaries; written out they take about a third.
 Without autograd (decoding) each is its plain forward. Both compute in the input's dtype, as the
 modules they replace do; tests/test_norms.py holds them to float64 F.normalize and nn.RMSNorm.
 """
