@@ -69,6 +69,8 @@ TABLE = [
     (["-m", "tools.bench", "--suite=mla", "--json={tmp}/missing/b.json"], "does not exist"),
     (["-m", "tools.bench", "--suite=cpu", "--dtypes=float8"], "--dtypes=float8: choose from bfloat16, float32"),
     (["-m", "tools.bench", "--suite=cpu", "--contexts=4k"], "--contexts and --threads are comma-separated"),
+    (["-m", "tools.bench", "--suite=ops", "config/mha.py", "--steps=0"], "--threads, --steps and --top must be"),
+    (["-m", "tools.bench", "--suite=ops", "config/no_such.py"], "no_such.py"),
     (["-m", "tools.plan", "config/gqa.py", "--context=64", "--json={tmp}"], "is a folder; give a file name"),
     (["-m", "tools.sweep", "config/mha.py", "--seeds=1", "--out=/proc/xx"], "cannot write in /proc"),
     (["-m", "tools.sweep", "config/mha.py", "--seeds=1", "--out={tmp}/notutf8.py"], "is a file, not a folder"),

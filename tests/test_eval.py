@@ -210,6 +210,25 @@ def test_cpu_benchmark_runs_tiny(tmp_path):
     assert all(k["page_faults"] >= 0 and k["sys_ms"] >= 0 for s in res["train_kernel_per_step"] for k in s.values())
 
 
+def test_ops_benchmark_counts_what_the_layers_call(tmp_path):
+    """MHA's layer calls SDPA's CPU flash kernel once forward and once backward per step; deltanet's
+    never does, and runs more ATen ops than MHA's."""
+    out = tmp_path / "ops.json"
+    r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=ops", "config/mha.py", "config/deltanet.py",
+                        "--quick", "--top=100", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    layers = json.loads(out.read_text())["layers"]
+
+    def calls(config, op):
+        return sum(t["calls"] for t in layers[config]["top"] if t["op"] == op)
+    assert calls("mha", "_scaled_dot_product_flash_attention_for_cpu") == 1
+    assert calls("mha", "_scaled_dot_product_flash_attention_for_cpu_backward") == 1
+    assert calls("deltanet", "_scaled_dot_product_flash_attention_for_cpu") == 0
+    assert layers["deltanet"]["ops_per_step"] > layers["mha"]["ops_per_step"] > 0
+    assert all(sum(t["ms"] for t in r["top"]) <= r["ms_in_ops"] + 1e-9 for r in layers.values())
+
+
 def test_nanogpt_benchmark_runs_both_on_the_same_data(tmp_path, data_root):
     """A stand-in nanoGPT (its console format, and a check that it got our tokens and a meta.pkl) against ours."""
     fake = tmp_path / "nanoGPT"

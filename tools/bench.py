@@ -109,6 +109,7 @@ SUITES = {
     "nanogpt": "nanoGPT's own shakespeare_char CPU recipe side by side with ours: ms/iter and val loss",
     "threads": "CPU thread settings for training, quiet and with one competing process",
     "decode": "one decoding step: every variant at 256/4k/16k context, and ours against HF Llama generate",
+    "ops": "one attention layer's training step ATen op by op: ops per step, time in them, the costliest",
 }
 
 

@@ -145,6 +145,15 @@ def before_after(folder):
     return table
 
 
+def ops_before_after(root):
+    """The ops suite at a parent commit and at its change (docs/results/speed/ops/{before,after}.json):
+    per config, ATen ops and ms inside them per attention layer step, before → after."""
+    runs = [load_json(os.path.join(results_dir(root, "speed"), "ops", f"{w}.json")) for w in ("before", "after")]
+    rows = [[c, " → ".join(f"{r['layers'][c]['ops_per_step']:,.0f}" for r in runs),
+             " → ".join(f"{r['layers'][c]['ms_in_ops']:.1f}" for r in runs)] for c in runs[1]["layers"]]
+    return md_table(["config", "ATen ops per step: before → after", "ms in ops per step"], rows)
+
+
 def delta_chunk(root):
     """The longctx suite at each delta_chunk (docs/results/speed/delta_chunk/chunk<C>.json): training
     tokens/s per variant, chunk length and sequence length."""
@@ -184,6 +193,7 @@ TABLES = {
     "speed-cpu-delta-pass-after": bench("cpu_delta_pass_after", cpu.markdown),
     "speed-delta-ops": before_after("delta_ops"),
     "speed-delta-chunk": delta_chunk,
+    "speed-ops": ops_before_after,
     "speed-decode": decode_before_after,
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
