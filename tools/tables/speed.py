@@ -48,19 +48,19 @@ def dtype_means(root):
 
 def bench(suite, render):
     def table(root):
-        with open(os.path.join(results_dir(root, "speed"), f"{suite}.json")) as f:
-            return render(json.load(f)).splitlines()
+        return render(load_json(os.path.join(results_dir(root, "speed"), f"{suite}.json"))).splitlines()
     return table
 
 
+def stored_runs(root, folder, which):
+    """A suite's repeated runs of one setting, docs/results/speed/<folder>/<which>_run<n>.json, in order."""
+    return [load_json(p) for p in sorted(glob.glob(os.path.join(results_dir(root, "speed"), folder,
+                                                                 f"{which}_run*.json")))]
+
+
 def decode_runs(root, which):
-    """The decode suite's JSON files docs/results/speed/decode/<which>_run*.json."""
-    paths = sorted(glob.glob(os.path.join(results_dir(root, "speed"), "decode", f"{which}_run*.json")))
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append(json.load(f))
-    return runs
+    """The decode suite's runs, docs/results/speed/decode/<which>_run*.json."""
+    return stored_runs(root, "decode", which)
 
 
 def decode_before_after(root):
@@ -105,9 +105,7 @@ def load_json(path):
 def allocator(root):
     """The cpu suite run with --allocator=default and =keep, alternating (docs/results/speed/allocator/
     <allocator>_run<n>.json): per config, the kernel's share of a training step and tokens/s, each run."""
-    runs = {a: sorted(glob.glob(os.path.join(results_dir(root, "speed"), "allocator", f"{a}_run*.json")))
-            for a in ("default", "keep")}
-    loaded = {a: [load_json(p) for p in paths] for a, paths in runs.items()}
+    loaded = {a: stored_runs(root, "allocator", a) for a in ("default", "keep")}
     first = loaded["default"][0]
     setting = first["train_ms_per_step"][0]    # the suite's first setting: its kernel counts are of it
     where = f"{setting['dtype']}, {setting['threads']} thread(s)"
@@ -127,9 +125,7 @@ def before_after(folder):
     {before,after}_run<n>.json): per config and setting, tokens/s as a multiple of the first config's
     (MHA's) in the same run, each run, before → after."""
     def table(root):
-        runs = {w: [load_json(p) for p in sorted(glob.glob(os.path.join(results_dir(root, "speed"), folder,
-                                                                          f"{w}_run*.json")))]
-                for w in ("before", "after")}
+        runs = {w: stored_runs(root, folder, w) for w in ("before", "after")}
         first = runs["after"][0]
         base = next(iter(first["params"]))
         settings = range(len(first["train_ms_per_step"]))
