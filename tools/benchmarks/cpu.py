@@ -68,6 +68,17 @@ def matched_keys(paths):
     return keys
 
 
+def suite_keys(paths, quick=False):
+    """({path: keys}, {name: parameters}): matched_keys, or tiny shapes with --quick (a smoke test). Each
+    model is built on the meta device, so a config the model refuses fails here, one line, before any timing."""
+    extra = ["--n_layer=1", "--n_embd=32", "--n_head=4", "--block_size=32", "--batch_size=2"] if quick else []
+    try:
+        keys = matched_keys(paths) if not extra else {p: parse_shared_keys(p, extra) for p in paths}
+        return keys, {name(p): budget.meta_model(k, VOCAB).num_params() for p, k in keys.items()}
+    except (ConfigError, ValueError) as e:
+        fail(str(e))
+
+
 def build(keys):
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=VOCAB, **{k: keys[k] for k in MODEL_KEYS}))
@@ -163,13 +174,7 @@ def main(argv=None):
     check_args(args)
     allocator = keep_freed_memory() if args.allocator == "keep" else "glibc's defaults"
     paths = args.configs or [f"config/{v}.py" for v in VARIANTS]
-    extra = ["--n_layer=1", "--n_embd=32", "--n_head=4", "--block_size=32", "--batch_size=2"] if args.quick else []
-    try:
-        keys = matched_keys(paths) if not extra else {p: parse_shared_keys(p, extra) for p in paths}
-        # built on the meta device: a config the model refuses fails here, before any timing
-        params = {name(p): budget.meta_model(k, VOCAB).num_params() for p, k in keys.items()}
-    except (ConfigError, ValueError) as e:
-        fail(str(e))
+    keys, params = suite_keys(paths, args.quick)
     train = {s: time_training(keys, s, args) for s in train_settings(args)}   # {setting: (ms, kernel)}
     decoding = time_decoding(paths, args)
     results = {"cpu_bf16_units": cpu_bf16_units(), "visible_cores": visible_cores(), "torch": torch.__version__,

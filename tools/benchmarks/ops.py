@@ -19,11 +19,10 @@ import time
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tools.benchmarks.cpu import build, matched_keys, name
+from tools.benchmarks.cpu import build, name, suite_keys
 from tools.benchmarks.harness import emit, parser
 from trainer.allocator import keep_freed_memory
-from trainer.cli import ConfigError, fail
-from trainer.settings import parse_shared_keys
+from trainer.cli import fail
 
 
 class OpTimer(TorchDispatchMode):
@@ -82,13 +81,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if min(args.threads, args.steps, args.top) < 1:
         fail("--threads, --steps and --top must be at least 1")
-    extra = ["--n_layer=1", "--n_embd=32", "--n_head=4", "--block_size=32", "--batch_size=2"] if args.quick else []
-    try:
-        keys = matched_keys(args.configs) if not extra else {p: parse_shared_keys(p, extra) for p in args.configs}
-        for k in keys.values():
-            build(k)   # a config the model refuses fails here, before any timing
-    except (ConfigError, ValueError) as e:
-        fail(str(e))
+    keys, _ = suite_keys(args.configs, args.quick)
     allocator = keep_freed_memory()
     torch.set_num_threads(args.threads)
     results = {"torch": torch.__version__, "threads": args.threads, "steps": args.steps, "allocator": allocator,
