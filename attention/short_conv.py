@@ -20,15 +20,15 @@ def causal_conv(x, weight, past):
     transposed (B, C, T) copy. Under autograd, ConvSilu runs it with its backward written out."""
     full = torch.cat([in_dtype(past, x.dtype), x], dim=1)                     # (B, K-1+T, C)
     K = weight.size(1)
-    if x.size(1) == 1 and not (torch.is_grad_enabled() and (full.requires_grad or weight.requires_grad)):
+    grad = torch.is_grad_enabled() and (full.requires_grad or weight.requires_grad)
+    if x.size(1) == 1 and not grad:
         # a decoding step: its K inputs times the taps, one product and one sum (no per-tap ops)
         y = F.silu((full * in_dtype(weight.t(), x.dtype)).sum(dim=1, keepdim=True))
     else:
         # the taps from a contiguous (K, C) copy: the (C, K) weight's transposed view would make every
         # tap's broadcast strided (on a CPU twice the time of the sum)
         w = in_dtype(weight.t().contiguous(), x.dtype)                        # (K, C)
-        y = ConvSilu.apply(full, w) if torch.is_grad_enabled() and (full.requires_grad or w.requires_grad) \
-            else F.silu(taps_sum(full, w))
+        y = ConvSilu.apply(full, w) if grad else F.silu(taps_sum(full, w))
     return y, full[:, full.size(1) - (K - 1):]
 
 

@@ -17,7 +17,14 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """F.normalize(x, dim=-1, eps=eps)."""
     if torch.is_grad_enabled() and x.requires_grad:
         return L2Normalize.apply(x, eps)
-    return x * x.norm(dim=-1, keepdim=True).clamp_min(eps).reciprocal()
+    return l2_forward(x, eps)[0]
+
+
+def l2_forward(x, eps):
+    """(y, r, ||x||): y = x r with r = 1 / max(||x||, eps) per row."""
+    norm = x.norm(dim=-1, keepdim=True)                                       # [..., 1]
+    r = norm.clamp_min(eps).reciprocal()
+    return x * r, r, norm
 
 
 class L2Normalize(torch.autograd.Function):
@@ -26,9 +33,7 @@ class L2Normalize(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, eps):
-        norm = x.norm(dim=-1, keepdim=True)                                   # [..., 1]
-        r = norm.clamp_min(eps).reciprocal()
-        y = x * r
+        y, r, norm = l2_forward(x, eps)
         ctx.save_for_backward(y, r, norm > eps)
         return y
 
@@ -44,12 +49,14 @@ def rms_norm_gated(o: torch.Tensor, weight: torch.Tensor, r: torch.Tensor, eps: 
     view); the output is laid out as r is (contiguous when r is)."""
     if torch.is_grad_enabled() and (o.requires_grad or weight.requires_grad or r.requires_grad):
         return RMSNormGated.apply(o, weight, r, eps)
-    return F.silu(r) * (o * rms_reciprocal(o, eps) * weight)
+    return rms_gated_forward(o, weight, r, eps)[0]
 
 
-def rms_reciprocal(o, eps):
-    """1 / sqrt(mean(o^2) + eps) per row, [..., 1]."""
-    return torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + eps)
+def rms_gated_forward(o, weight, r, eps):
+    """(y, n, rstd): n = o rstd with rstd = 1 / sqrt(mean(o^2) + eps) per row, y = silu(r) (n weight)."""
+    rstd = torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + eps)             # [..., 1]
+    n = o * rstd
+    return F.silu(r) * (n * weight), n, rstd
 
 
 class RMSNormGated(torch.autograd.Function):
@@ -60,9 +67,7 @@ class RMSNormGated(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, o, weight, r, eps):
-        rstd = rms_reciprocal(o, eps)
-        n = o * rstd
-        y = F.silu(r) * (n * weight)
+        y, n, rstd = rms_gated_forward(o, weight, r, eps)
         ctx.save_for_backward(n, rstd, weight, r)
         return y
 
