@@ -79,6 +79,7 @@ from attention import record
 from attention.cache import KVCache
 from attention.dispatch import ATTN_IMPLS, check_impl_runs_on, choose_impl  # noqa: F401  (public here too)
 from attention.positional import RoPE, alibi_bias, alibi_slopes, visible_keys
+from kernels.gla_chunked import fp32
 
 
 class Attention(nn.Module):
@@ -335,11 +336,22 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, 
         G = H // Hkv
         if mask is not None:
             mask = mask.repeat(G, 1) if mask.dim() == 2 else mask.reshape(*mask.shape[:-3], Hkv, G * Tq, -1)
-        out = F.scaled_dot_product_attention(q.reshape(B, Hkv, G * Tq, -1), k, v, attn_mask=mask,
-                                             dropout_p=dropout_p, scale=scale)
+        out = sdpa(q.reshape(B, Hkv, G * Tq, -1), k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
         return out.view(B, H, Tq, -1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                          is_causal=plain_causal, scale=scale, enable_gqa=H != Hkv)
+    return sdpa(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=plain_causal, scale=scale,
+                enable_gqa=H != Hkv)
+
+
+def sdpa(q, k, v, attn_mask=None, **kwargs):
+    """F.scaled_dot_product_attention, in fp32 under CPU autocast (the result cast back to q's dtype).
+    CPU autocast would run it in bf16, whose flash backward on a CPU without AMX costs 4x fp32's at
+    64 keys and 1.3x at 256 (it wins only from about 1,024 keys on; docs/speed.md, 'bf16 autocast');
+    in fp32 the scores and softmax statistics also keep fp32's precision, as on the Triton kernel."""
+    if q.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kwargs)
+    mask = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else fp32(attn_mask)
+    with torch.autocast("cpu", enabled=False):
+        return F.scaled_dot_product_attention(fp32(q), fp32(k), fp32(v), attn_mask=mask, **kwargs).to(q.dtype)
 
 
 def _naive_attention(q, k, v, allowed, bias, scale, dropout_p):
