@@ -229,8 +229,8 @@ def test_ops_benchmark_counts_what_the_layers_call(tmp_path):
     assert all(sum(t["ms"] for t in r["top"]) <= r["ms_in_ops"] + 1e-9 for r in layers.values())
 
 
-def test_nanogpt_benchmark_runs_both_on_the_same_data(tmp_path, data_root):
-    """A stand-in nanoGPT (its console format, and a check that it got our tokens and a meta.pkl) against ours."""
+def fake_nanogpt(tmp_path):
+    """A stand-in nanoGPT (its console format, and a check that it got our tokens and a meta.pkl)."""
     fake = tmp_path / "nanoGPT"
     (fake / "config").mkdir(parents=True)
     (fake / "config" / "train_shakespeare_char.py").write_text("")
@@ -243,14 +243,31 @@ def test_nanogpt_benchmark_runs_both_on_the_same_data(tmp_path, data_root):
         "assert meta['vocab_size'] == 65 and n > 1000 and os.environ['OMP_NUM_THREADS'] == '1'\n"
         "for i in range(31): print(f'iter {i}: loss 3.0, time {10 + i % 2}.00ms, mfu -100.00%')\n"
         "print('step 30: train loss 3.0000, val loss 3.1000')\n")
-    out = tmp_path / "n.json"
+    return fake
+
+
+def run_nanogpt_suite(tmp_path, data_root, *flags):
+    out, fake = tmp_path / "n.json", fake_nanogpt(tmp_path)
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=nanogpt", f"--nanogpt_dir={fake}",
-                        f"--data_dir={data_root}", "--quick", "--json", str(out)], cwd=ROOT, capture_output=True,
+                        f"--data_dir={data_root}", *flags, "--json", str(out)], cwd=ROOT, capture_output=True,
                        text=True, check=False)
     assert r.returncode == 0, r.stderr
-    nano, ours = json.loads(out.read_text())["rows"]
+    return r.stdout, json.loads(out.read_text())
+
+
+def test_nanogpt_benchmark_runs_both_on_the_same_data(tmp_path, data_root):
+    _, results = run_nanogpt_suite(tmp_path, data_root, "--quick")
+    nano, ours = results["rows"]
     assert nano["setting"] == "nanoGPT" and nano["ms_per_iter"] == [10.5] and nano["val_loss"] == [3.1]
     assert ours["setting"] == "ours --dtype=float32" and ours["ms_per_iter"][0] > 0 and 0 < ours["val_loss"][0] < 5
+
+
+def test_nanogpt_benchmark_seed_per_round_trains_ours_on_another_seed_each_round(tmp_path, data_root):
+    """The spread of ours' val losses is seed noise: round r trains seed 1337 + r (another init, other batches)."""
+    stdout, results = run_nanogpt_suite(tmp_path, data_root, "--iters=12", "--repeats=2", "--seed_per_round")
+    nano, ours = results["rows"]
+    assert nano["val_loss"] == [3.1, 3.1] and len(set(ours["val_loss"])) == 2
+    assert "± sd; ours: seed 1337 + round" in stdout
 
 
 def test_longctx_benchmark_runs_tiny(tmp_path):

@@ -16,7 +16,9 @@ train.bin/val.bin (nanoGPT gets a meta.pkl written from our meta.json in a scrat
 links its files), with the same thread count. The runs alternate, nanoGPT then each of ours, for
 --repeats rounds, so a drift of the machine touches all alike. Per run: the median ms/iter of
 its per-iteration log lines (nanoGPT's "time" includes its evaluations at those iterations, ours
-leaves them out; the median is the same for both), and the final val loss.
+leaves them out; the median is the same for both), and the final val loss. nanoGPT's seed is fixed
+(1337 in its train.py); with --seed_per_round ours trains round r with seed 1337 + r, so the spread
+of its val losses over rounds is the seed noise its equality with nanoGPT's is judged against.
 """
 import json
 import os
@@ -73,6 +75,7 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed_per_round", action="store_true", help="ours: seed 1337 + round (default: 1337 every round)")
     args = ap.parse_args(argv)
     data = os.path.join(args.data_dir, "shakespeare_char")
     if not all(os.path.exists(os.path.join(args.nanogpt_dir, n)) for n in NANOGPT_FILES):
@@ -89,7 +92,8 @@ def main(argv=None):
         rows = time_all(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    results = {"iters": args.iters, "threads": args.threads, "repeats": args.repeats, "rows": rows}
+    results = {"iters": args.iters, "threads": args.threads, "repeats": args.repeats,
+               "seed_per_round": args.seed_per_round, "rows": rows}
     emit(f"nanoGPT's shakespeare_char CPU recipe, {args.iters} iterations, {args.threads} thread(s), "
          f"{args.repeats} alternating rounds\n\n" + markdown(results), results, args)
 
@@ -99,7 +103,8 @@ def time_all(args, work):
     sched = [f"--max_iters={args.iters}", f"--lr_decay_iters={args.iters}", f"--eval_interval={min(250, args.iters)}"]
     settings = {"nanoGPT": None, **{f"ours {s.replace('+', ' ')}": s.split("+") for s in args.ours.split(",")}}
     results = {name: [] for name in settings}
-    for _ in range(args.repeats):
+    for r in range(args.repeats):
+        seed = [f"--seed={1337 + r}"] if args.seed_per_round else []
         for name, flags in settings.items():
             out = tempfile.mkdtemp(prefix="bench_nanogpt_out_")
             if flags is None:
@@ -108,7 +113,7 @@ def time_all(args, work):
                 results[name].append(run(cmd, work, args.threads, r"time ([\d.]+)ms", r"val loss ([\d.]+)"))
             else:
                 cmd = [sys.executable, "train.py", "config/base_shakespeare_char.py", f"--out_dir={out}",
-                       f"--data_dir={args.data_dir}", f"--threads={args.threads}", *RECIPE, *sched, *flags]
+                       f"--data_dir={args.data_dir}", f"--threads={args.threads}", *RECIPE, *sched, *seed, *flags]
                 results[name].append(run(cmd, ROOT, args.threads, r"([\d.]+) ms/iter", r"val ([\d.]+)"))
             shutil.rmtree(out, ignore_errors=True)
     return [{"setting": name, "ms_per_iter": [m for m, _ in r], "val_loss": [v for _, v in r]}
@@ -119,11 +124,13 @@ def markdown(results):
     """The table of the results main() writes as JSON (docs/ regenerates it from the stored file)."""
     rows = results["rows"]
     ref = statistics.median(rows[0]["ms_per_iter"])
-    lines = ["| setting | ms/iter (median of rounds) | / nanoGPT | final val loss (mean of rounds) |",
-             "| --- | ---: | ---: | ---: |"]
+    spread = results.get("seed_per_round") and len(rows[0]["val_loss"]) > 1
+    lines = ["| setting | ms/iter (median of rounds) | / nanoGPT | final val loss (mean of rounds"
+             + (" ± sd; ours: seed 1337 + round) |" if spread else ") |"), "| --- | ---: | ---: | ---: |"]
     for r in rows:
-        ms = statistics.median(r["ms_per_iter"])
-        lines.append(f"| {r['setting']} | {ms:.1f} | {ms / ref:.2f} | {statistics.mean(r['val_loss']):.4f} |")
+        ms, val = statistics.median(r["ms_per_iter"]), statistics.mean(r["val_loss"])
+        sd = f" ± {statistics.stdev(r['val_loss']):.4f}" if spread else ""
+        lines.append(f"| {r['setting']} | {ms:.1f} | {ms / ref:.2f} | {val:.4f}{sd} |")
     return "\n".join(lines)
 
 
