@@ -210,15 +210,18 @@ def test_cpu_benchmark_runs_tiny(tmp_path):
     assert all(k["page_faults"] >= 0 and k["sys_ms"] >= 0 for s in res["train_kernel_per_step"] for k in s.values())
 
 
-def test_ops_benchmark_counts_what_the_layers_call(tmp_path):
-    """MHA's layer calls SDPA's CPU flash kernel once forward and once backward per step; deltanet's
-    never does, and runs more ATen ops than MHA's."""
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_ops_benchmark_counts_what_the_layers_call(tmp_path, dtype):
+    """MHA's layer calls SDPA's CPU flash kernel once forward and once backward per step (under autocast
+    too); deltanet's never does, and runs more ATen ops than MHA's."""
     out = tmp_path / "ops.json"
     r = subprocess.run([sys.executable, "-m", "tools.bench", "--suite=ops", "config/mha.py", "config/deltanet.py",
-                        "--quick", "--top=100", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
-                       check=False)
+                        "--quick", "--top=100", f"--dtype={dtype}", "--json", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
-    layers = json.loads(out.read_text())["layers"]
+    results = json.loads(out.read_text())
+    layers = results["layers"]
+    assert results["dtype"] == dtype and f"forward + backward, {dtype}," in r.stdout
 
     def calls(config, op):
         return sum(t["calls"] for t in layers[config]["top"] if t["op"] == op)

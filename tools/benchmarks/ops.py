@@ -7,13 +7,15 @@ the costliest ops by name and input shapes.
 
     python -m tools.bench --suite=ops config/study256/mha.py config/ladder256/deltanet.py
     python -m tools.bench --suite=ops config/ladder256/gated_deltanet.py --threads=2 --top=20 --json ops.json
+    python -m tools.bench --suite=ops config/base_shakespeare_char.py --dtype=bfloat16   # the forward under autocast
 
 Read the times against each other (one config's ops, or two configs in one run), not against the
 cpu suite's step times: the timer's own cost is inside them. The layer is built as the cpu suite
 builds it (each config's MLP width solved to the first config's parameters; the attention layer
-does not depend on it), fp32, eager.
+does not depend on it), eager, in fp32 or with the forward under bf16 autocast (--dtype).
 """
 import collections
+import contextlib
 import time
 
 import torch
@@ -41,14 +43,17 @@ class OpTimer(TorchDispatchMode):
         return out
 
 
-def layer_ops(keys, steps, top):
+def layer_ops(keys, steps, top, dtype="float32"):
     """{ops_per_step, ms_in_ops, top: [{op, shapes, calls, ms}]} per step of the first block's attention."""
     attn = build(keys).h[0].attn
     x = torch.randn(keys["batch_size"], keys["block_size"], keys["n_embd"], requires_grad=True)
     pos = torch.arange(keys["block_size"])
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext()
 
     def step():
-        attn(x, pos).sum().backward()
+        with autocast:
+            out = attn(x, pos)
+        out.float().sum().backward()
     for _ in range(3):
         step()   # warm up: lazy setup, the allocator's pools
     timer = OpTimer()
@@ -78,15 +83,18 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=20, help="timed steps per config")
     ap.add_argument("--top", type=int, default=10, help="ops listed per config")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="bfloat16: under autocast")
     args = ap.parse_args(argv)
     if min(args.threads, args.steps, args.top) < 1:
         fail("--threads, --steps and --top must be at least 1")
     keys, _ = suite_keys(args.configs, args.quick)
     allocator = keep_freed_memory()
     torch.set_num_threads(args.threads)
+    steps = 2 if args.quick else args.steps
     results = {"torch": torch.__version__, "threads": args.threads, "steps": args.steps, "allocator": allocator,
-               "layers": {name(p): layer_ops(k, 2 if args.quick else args.steps, args.top) for p, k in keys.items()}}
-    emit(f"one attention layer's forward + backward, fp32, {args.threads} thread(s), {results['steps']} steps; "
+               "dtype": args.dtype,
+               "layers": {name(p): layer_ops(k, steps, args.top, args.dtype) for p, k in keys.items()}}
+    emit(f"one attention layer's forward + backward, {args.dtype}, {args.threads} thread(s), {results['steps']} steps; "
          f"torch {torch.__version__}\n\n" + markdown(results), results, args)
 
 

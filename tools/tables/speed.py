@@ -183,6 +183,7 @@ TABLES = {
     "speed-nanogpt-learned": bench("nanogpt_learned", nanogpt.markdown),
     "speed-nanogpt-compile": bench("nanogpt_compile", nanogpt.markdown),
     "speed-nanogpt-bf16-compile": bench("nanogpt_bf16_compile", nanogpt.markdown),
+    "speed-nanogpt-bf16": bench("nanogpt_bf16", nanogpt.markdown),
     "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
     "speed-cpu-delta": bench("cpu_delta", cpu.markdown),
     "speed-cpu-delta-pass-before": bench("cpu_delta_pass_before", cpu.markdown),
