@@ -344,9 +344,9 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, 
 
 def sdpa(q, k, v, attn_mask=None, **kwargs):
     """F.scaled_dot_product_attention, in fp32 under CPU autocast (the result cast back to q's dtype).
-    CPU autocast would run it in bf16, whose flash backward on a CPU without AMX costs 4x fp32's at
-    64 keys and 1.3x at 256 (it wins only from about 1,024 keys on; docs/speed.md, 'bf16 autocast');
-    in fp32 the scores and softmax statistics also keep fp32's precision, as on the Triton kernel."""
+    CPU autocast would run it in bf16, whose flash backward cost more than the bf16 matmuls saved at
+    the studies' contexts (64-256 keys) on the CPUs measured (docs/speed.md, 'bf16 autocast'); in
+    fp32 the scores and softmax statistics also keep fp32's precision, as in the Triton kernel."""
     if q.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **kwargs)
     mask = attn_mask if attn_mask is None or attn_mask.dtype == torch.bool else fp32(attn_mask)

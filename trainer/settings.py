@@ -66,7 +66,8 @@ class TrainConfig:
     dtype: str = "auto"           # auto (bfloat16 on CUDA if supported, else float32; on CPUs with bf16 units
                                   # bfloat16 is opt-in: docs/speed.md) | float32 | bfloat16 | float16 (CUDA
                                   # only, with a GradScaler). bfloat16 runs under autocast: weights, optimizer,
-                                  # softmax statistics and the linear family's state stay fp32. A resumed run
+                                  # softmax statistics (on a CPU all of softmax attention: attention/base.py
+                                  # sdpa) and the linear family's state stay fp32. A resumed run
                                   # keeps the dtype it trained in unless --dtype is given
     compile: bool = False         # torch.compile the model
     threads: int = 0              # CPU runs: torch's threads; 0 = the visible cores less the processes running

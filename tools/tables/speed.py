@@ -141,6 +141,23 @@ def before_after(folder):
     return table
 
 
+def bf16_gain_before_after(root):
+    """The cpu suite at the commit before softmax attention ran in fp32 under CPU autocast and at it,
+    alternating (docs/results/speed/bf16_softmax/{before,after}_run<n>.json): per config and thread
+    count, bf16's tokens/s as a multiple of fp32's in the same run, each run, before → after."""
+    runs = {w: stored_runs(root, "bf16_softmax", w) for w in ("before", "after")}
+    first = runs["after"][0]
+    threads = sorted({s["threads"] for s in first["train_ms_per_step"]})
+
+    def gain(run, config, t):
+        ms = {s["dtype"]: s[config] for s in run["train_ms_per_step"] if s["threads"] == t}
+        return f"{ms['float32'] / ms['bfloat16']:.2f}"
+    rows = [[c, *(" → ".join("; ".join(gain(r, c, t) for r in runs[w]) for w in ("before", "after"))
+                  for t in threads)] for c in first["params"]]
+    return md_table(["config", *(f"bf16 over fp32 tokens/s, {t} thread(s), each run: before → after"
+                                 for t in threads)], rows)
+
+
 def ops_before_after(root):
     """The ops suite at a parent commit and at its change (docs/results/speed/ops/{before,after}.json):
     per config, ATen ops and ms inside them per attention layer step, before → after."""
@@ -184,6 +201,7 @@ TABLES = {
     "speed-nanogpt-compile": bench("nanogpt_compile", nanogpt.markdown),
     "speed-nanogpt-bf16-compile": bench("nanogpt_bf16_compile", nanogpt.markdown),
     "speed-nanogpt-bf16": bench("nanogpt_bf16", nanogpt.markdown),
+    "speed-bf16-softmax": bf16_gain_before_after,
     "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
     "speed-cpu-delta": bench("cpu_delta", cpu.markdown),
     "speed-cpu-delta-pass-before": bench("cpu_delta_pass_before", cpu.markdown),
