@@ -366,7 +366,7 @@ def test_bfloat16_on_cpu_really_computes_in_bfloat16(data_root, tmp_path):
 
 
 def test_dtype_auto_stays_float32_on_cpus():
-    """bf16 autocast is opt-in on CPUs (docs/speed.md: its loss was not shown equivalent), bf16 units or not."""
+    """bf16 autocast is opt-in on CPUs, bf16 units or not (docs/speed.md: they do not tell whether it is faster)."""
     from trainer import settings
     assert settings.resolve_dtype("auto", "cpu") == settings.resolve_dtype("auto", "mps") == "float32"
     assert settings.resolve_dtype("bfloat16", "cpu") == "bfloat16"   # an explicit dtype is kept
