@@ -208,6 +208,10 @@ def test_cpu_benchmark_runs_tiny(tmp_path):
     assert [line.split(" ")[1] for line in r.stdout.splitlines() if line.startswith(("| mha", "| gla"))] == \
         ["mha", "gla"] * 3   # a training, a page-fault and a decoding table, a row per config
     assert all(k["page_faults"] >= 0 and k["sys_ms"] >= 0 for s in res["train_kernel_per_step"] for k in s.values())
+    ms = {s["dtype"]: s["mha"] for s in res["train_ms_per_step"]}
+    verdict = "pass --dtype=bfloat16" if ms["float32"] > ms["bfloat16"] else "keep float32"
+    assert f"bf16 autocast trains mha at {ms['float32'] / ms['bfloat16']:.2f}x fp32's tokens/s with 1 thread(s): " \
+        f"{verdict}" in r.stdout
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -21,7 +21,8 @@ tokens of prefilled context, the median ms of --decode_steps one-token steps per
 --rounds interleaved rounds, each config at its own width.
 
 The table names the CPU and whether it has native bf16 matrix units (cpu_bf16_units: AMX tiles
-or AVX512-BF16, as torch detects them). dtype=auto stays float32 on CPUs: docs/speed.md says why.
+or AVX512-BF16, as torch detects them); its last lines say whether bf16 autocast trained the first config
+faster than fp32 here. dtype=auto stays float32 on CPUs: docs/speed.md says why.
 --allocator: keep (train.py's: trainer/allocator.py keeps freed memory for the next step) or default
 (glibc's own thresholds); the kernel's share of each training step, page faults and system time,
 comes with the timings (run the suite once with each, as separate processes, to compare them).
@@ -188,7 +189,21 @@ def main(argv=None):
     head = (f"CPU: {visible_cores()} visible cores, native bf16 matrix units: {results['cpu_bf16_units'] or 'none'}; "
             f"torch {torch.__version__}; allocator: {allocator}; "
             f"medians of {args.rounds} rounds x {args.steps} steps\n\n")
-    emit(head + markdown(results), results, args)
+    emit(head + markdown(results) + bf16_advice(results), results, args)
+
+
+def bf16_advice(results):
+    """A line per thread count saying whether --dtype=bfloat16 trains the first config faster than fp32 here
+    (compile off), for the reader deciding on it: dtype=auto does not (docs/speed.md)."""
+    train, ref = results["train_ms_per_step"], next(iter(results["params"]))
+    ms = {(s["dtype"], s["threads"]): s[ref] for s in train if s["compile"] == "off"}
+    lines = []
+    for t in sorted({t for _, t in ms}):
+        if ("float32", t) in ms and ("bfloat16", t) in ms:
+            gain = ms["float32", t] / ms["bfloat16", t]
+            verdict = "pass --dtype=bfloat16 to gain it" if gain > 1 else "keep float32"
+            lines.append(f"bf16 autocast trains {ref} at {gain:.2f}x fp32's tokens/s with {t} thread(s): {verdict}")
+    return "\n\n" + "\n".join(lines) if lines else ""
 
 
 def check_args(args):
