@@ -216,7 +216,7 @@ def check_fits_in_memory(gptconf, tc) -> None:
 def resolve_dtype(name: str, device: str) -> str:
     """auto -> bfloat16 on CUDA when supported, else float32: also on CPUs with native bf16 units. There
     bf16 autocast's loss is equivalent to fp32's within 0.01 nats (25 paired seeds), but whether it is
-    faster the units do not tell (1.4-1.6x on one CPU with AVX512-BF16, 0.5-0.8x on another:
+    faster the units do not tell (1.4-1.6x with one thread on one CPU with AVX512-BF16, 0.5-0.8x on another:
     docs/speed.md), so it stays opt-in. Half precision must really run: bfloat16 runs on CPU under
     autocast; float16 needs CUDA (its GradScaler)."""
     device_type = device.split(":")[0]

@@ -192,17 +192,20 @@ def main(argv=None):
     emit(head + markdown(results) + bf16_advice(results), results, args)
 
 
+def bf16_gains(results, config):
+    """{threads: bf16 autocast's tokens/s over fp32's} for config, compile off, per thread count timed in both."""
+    ms = {(s["dtype"], s["threads"]): s[config] for s in results["train_ms_per_step"] if s["compile"] == "off"}
+    return {t: ms["float32", t] / ms["bfloat16", t] for t in sorted({t for _, t in ms})
+            if ("float32", t) in ms and ("bfloat16", t) in ms}
+
+
 def bf16_advice(results):
     """A line per thread count saying whether --dtype=bfloat16 trains the first config faster than fp32 here
     (compile off), for the reader deciding on it: dtype=auto does not (docs/speed.md)."""
-    train, ref = results["train_ms_per_step"], next(iter(results["params"]))
-    ms = {(s["dtype"], s["threads"]): s[ref] for s in train if s["compile"] == "off"}
-    lines = []
-    for t in sorted({t for _, t in ms}):
-        if ("float32", t) in ms and ("bfloat16", t) in ms:
-            gain = ms["float32", t] / ms["bfloat16", t]
-            verdict = "pass --dtype=bfloat16 to gain it" if gain > 1 else "keep float32"
-            lines.append(f"bf16 autocast trains {ref} at {gain:.2f}x fp32's tokens/s with {t} thread(s): {verdict}")
+    ref = next(iter(results["params"]))
+    lines = [f"bf16 autocast trains {ref} at {gain:.2f}x fp32's tokens/s with {t} thread(s): "
+             + ("pass --dtype=bfloat16 to gain it" if gain > 1 else "keep float32")
+             for t, gain in bf16_gains(results, ref).items()]
     return "\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -147,12 +147,8 @@ def bf16_gain_before_after(root):
     count, bf16's tokens/s as a multiple of fp32's in the same run, each run, before → after."""
     runs = {w: stored_runs(root, "bf16_softmax", w) for w in ("before", "after")}
     first = runs["after"][0]
-    threads = sorted({s["threads"] for s in first["train_ms_per_step"]})
-
-    def gain(run, config, t):
-        ms = {s["dtype"]: s[config] for s in run["train_ms_per_step"] if s["threads"] == t}
-        return f"{ms['float32'] / ms['bfloat16']:.2f}"
-    rows = [[c, *(" → ".join("; ".join(gain(r, c, t) for r in runs[w]) for w in ("before", "after"))
+    threads = list(cpu.bf16_gains(first, next(iter(first["params"]))))
+    rows = [[c, *(" → ".join("; ".join(f"{cpu.bf16_gains(r, c)[t]:.2f}" for r in runs[w]) for w in ("before", "after"))
                   for t in threads)] for c in first["params"]]
     return md_table(["config", *(f"bf16 over fp32 tokens/s, {t} thread(s), each run: before → after"
                                  for t in threads)], rows)
