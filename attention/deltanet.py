@@ -91,6 +91,8 @@ class DeltaNet(Attention):
 
     def forward(self, x, pos, cache=None):
         B, T, _ = x.shape
+        if cache is not None and T == 1 and cache.pos > 0:
+            return self.step(x, pos, cache)
         H, D = self.n_head, self.head_dim
         past = cache.conv if cache is not None else x.new_zeros(B, self.conv_size - 1, 3 * H * D)
         qkv, past = causal_conv(self.c_attn(x), self.conv_weight, past)
@@ -98,28 +100,54 @@ class DeltaNet(Attention):
         qk, v = qkv.view(B, T, 3 * H, D).split([2 * H, H], dim=2)                       # [q: H | k: H], [v: H]
         qk, = self.rope(pos, l2_normalize(qk).transpose(1, 2))                          # q and k at once
         q, k, v = *qk.split([H, H], dim=1), v.transpose(1, 2)                           # (B, H, T, D)
-        beta = torch.sigmoid(fp32(self.b_proj(x))).transpose(1, 2)                        # (B, H, T)
-        if self.beta_scale != 1.0:
-            beta = self.beta_scale * beta
-        g = None
-        if self.gated:
-            dt = F.softplus(fp32(self.a_proj(x)) + self.dt_bias)                            # (B, T, H)
-            g = (-fp32(self.A_log).exp() * dt).transpose(1, 2)                             # (B, H, T), <= 0
-        # analyze.py's weights: o_t = sum_j (alpha_{j+1} .. alpha_t) (q_t . k_j) u_j / sqrt(D), GLA's form over
-        # the corrected values u_j (kernels/delta_chunked.py), so the same hook serves (only while recording)
-        if record.state is not None:
-            record.record_linear(q, k, None if g is None else g[..., None].expand(B, H, T, D), pos, scale=D ** -0.5)
+        beta, g = self.gates(x)
+        self.record(q, k, g, pos)
         state = cache.state if cache is not None and cache.pos > 0 else None
-        if cache is not None and T == 1 and state is not None:
-            o, state = recurrent_delta_step(q, k, v, beta, g, state)
-        else:
-            rule = naive_recurrent_delta_rule if self.impl(x.device, "forward") == "naive" else self.chunked
-            o, state = rule(q, k, v, beta, g, initial_state=state, output_final_state=cache is not None)
+        rule = naive_recurrent_delta_rule if self.impl(x.device, "forward") == "naive" else self.chunked
+        o, state = rule(q, k, v, beta, g, initial_state=state, output_final_state=cache is not None)
         if cache is not None:
             cache.update(state, fp32(past), T)
-        o = rms_norm_gated(in_dtype(o, x.dtype).transpose(1, 2), self.o_norm.weight, self.r_proj(x).view(B, T, H, D),
-                           self.o_norm.eps)                                    # (B, T, H, D): o_norm, the gate
-        return self.resid_dropout(self.c_proj(o.reshape(B, T, H * D)))
+        return self.finish(o.transpose(1, 2), x)
+
+    def step(self, x, pos, cache):
+        """forward for one token against the cache's state (decoding): the same parts, written for a
+        step at batch 1, where every op and function call costs more than its math. For T = 1 the
+        convolved (B, 1, 3 H D) is already (B, heads, 1, D), the layout the recurrence reads: no
+        transposes, one split."""
+        B, H, D = x.size(0), self.n_head, self.head_dim
+        qkv, past = causal_conv(F.linear(x, self.c_attn.weight, self.c_attn.bias), self.conv_weight, cache.conv)
+        qk, v = qkv.view(B, 3 * H, 1, D).split_with_sizes([2 * H, H], dim=1)          # (B, heads, 1, D)
+        q, k = self.rope(pos, l2_normalize(qk))[0].split_with_sizes([H, H], dim=1)
+        beta, g = self.gates(x)
+        self.record(q, k, g, pos)
+        o, state = recurrent_delta_step(q, k, v, beta, g, cache.state)                 # (B, H, 1, D)
+        cache.update(state, fp32(past), 1)
+        return self.finish(o.view(B, 1, H, D), x)
+
+    def gates(self, x):
+        """x (B, T, C) -> the write strength beta (B, H, T) and the log-decay g (B, H, T), None for deltanet."""
+        # F.linear, not the modules: at batch 1 a module's call costs about what its product does
+        beta = torch.sigmoid(fp32(F.linear(x, self.b_proj.weight, self.b_proj.bias))).transpose(1, 2)
+        if self.beta_scale != 1.0:
+            beta = self.beta_scale * beta
+        if not self.gated:
+            return beta, None
+        dt = F.softplus(fp32(F.linear(x, self.a_proj.weight)) + self.dt_bias)              # (B, T, H)
+        return beta, (-fp32(self.A_log).exp() * dt).transpose(1, 2)                        # <= 0
+
+    def record(self, q, k, g, pos):
+        """analyze.py's weights: o_t = sum_j (alpha_{j+1} .. alpha_t) (q_t . k_j) u_j / sqrt(D), GLA's form over
+        the corrected values u_j (kernels/delta_chunked.py), so the same hook serves (only while recording)."""
+        if record.state is not None:
+            B, H, T, D = q.shape
+            record.record_linear(q, k, None if g is None else g[..., None].expand(B, H, T, D), pos, scale=D ** -0.5)
+
+    def finish(self, o, x):
+        """The rule's output o (B, T, H, D) -> (B, T, C): o_norm and the output gate at once, c_proj."""
+        B, T, _ = x.shape
+        r = F.linear(x, self.r_proj.weight, self.r_proj.bias).view(B, T, self.n_head, -1)
+        o = rms_norm_gated(in_dtype(o, x.dtype), self.o_norm.weight, r, self.o_norm.eps)   # (B, T, H, D)
+        return self.resid_dropout(self.c_proj(o.reshape(B, T, -1)))
 
     def kernel_cases(self) -> dict:
         """"forward": the full-sequence form (no Triton kernel: PyTorch's chunked form, or the naive loop);

@@ -187,8 +187,10 @@ class LinearFamilyAttention(Attention):
         """The log-decay g (B, Hkv, T, D) (fixed: a broadcast view of one value per head), or None."""
         B, T, _ = x.shape
         Hkv, D = self.n_kv_head, self.head_dim
-        if self.gk_proj is not None:
-            return (F.logsigmoid(fp32(self.gk_proj(x))) / GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
+        if self.gk_proj is not None:  # F.linear, not the modules: at batch 1 a module call costs what its product does
+            low, up = self.gk_proj
+            z = F.linear(F.linear(x, low.weight), up.weight, up.bias)
+            return F.logsigmoid(fp32(z)).div_(GATE_NORMALIZER).view(B, T, Hkv, D).transpose(1, 2)
         if self.fixed_log_decay is not None:
             return self.fixed_log_decay.view(1, Hkv, 1, 1).expand(B, Hkv, T, D)
         return None
@@ -216,12 +218,45 @@ class LinearFamilyAttention(Attention):
 
     def forward(self, x, pos, cache=None):
         B, T, _ = x.shape
+        if cache is not None and T == 1 and cache.pos > 0 and not self.pair:
+            return self.step(x, pos, cache)
         past = cache.conv if cache is not None and self.conv_weight is not None else None   # None: zeros
         q, k, v, r, past = self.project(x, pos, past)
         g = self.decay(x)
         if self.sum_normalised:  # a channel of ones: its output is the normaliser phi(q_t) . sum_j phi(k_j)
             v = torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1)
         o = self.recur(q, k, v, g, pos, cache, past)
+        return self.finish(o.transpose(1, 2), r, x)
+
+    def step(self, x, pos, cache):
+        """forward for one token against the cache's state (decoding; the softmax pair's takes forward's
+        path): the same parts, written for a step at batch 1, where every op and function call costs
+        more than its math. For T = 1 the projection's (B, 1, heads * D) is already (B, heads, 1, D),
+        the layout the recurrence reads: no transposes, one split, no per-part calls."""
+        B, H, Hkv, D = x.size(0), self.n_head, self.n_kv_head, self.head_dim
+        qkv, r = F.linear(x, self.c_attn.weight, self.c_attn.bias).split_with_sizes(
+            [(H + 2 * Hkv) * D, H * D if self.gated else 0], dim=-1)            # (B, 1, (H + 2 Hkv) D), gate
+        if self.conv_weight is not None:
+            qkv, past = causal_conv(qkv, self.conv_weight, cache.conv)
+        qk, v = qkv.view(B, H + 2 * Hkv, 1, D).split_with_sizes([H + Hkv, Hkv], dim=1)   # (B, heads, 1, D)
+        if self.phi is not None:
+            qk = self.phi(qk)
+        q, k = self.rope(pos, qk)[0].split_with_sizes([H, Hkv], dim=1)
+        if self.sum_normalised:
+            v = torch.cat([v, v.new_ones(B, Hkv, 1, 1)], dim=-1)
+        g = self.decay(x)
+        record_linear(q, k, g, pos, scale=D ** -0.5)
+        o, state = recurrent_gla_step(q, k, v, g, cache.state, scale=D ** -0.5)    # (B, H, 1, Dv)
+        if self.conv_weight is None:
+            cache.update(state, 1)
+        else:
+            cache.update(state, fp32(past), 1)
+        return self.finish(o.view(B, 1, H, -1), r.view(B, 1, H, D) if self.gated else None, x)
+
+    def finish(self, o, r, x):
+        """The recurrence's output o (B, T, H, Dv) -> the layer's (B, T, C): the sum normaliser's division,
+        the per-head norm and the output gate r (B, T, H, D) or None, c_proj."""
+        B, T, _ = x.shape
         if self.sum_normalised:
             o, norm = o.split([self.head_dim, 1], dim=-1)
             o = o / (norm + SUM_EPS)
@@ -229,9 +264,9 @@ class LinearFamilyAttention(Attention):
         # wants its input and weight alike)
         o = in_dtype(o, x.dtype)
         if r is not None and isinstance(self.o_norm, nn.RMSNorm):      # both at once (kernels/norms.py)
-            o = rms_norm_gated(o.transpose(1, 2), self.o_norm.weight, r, self.o_norm.eps)  # (B, T, H, D)
+            o = rms_norm_gated(o, self.o_norm.weight, r, self.o_norm.eps)
         else:
-            o = self.o_norm(o).transpose(1, 2)
+            o = self.o_norm(o)
             o = o if r is None else o * F.silu(r)
         return self.resid_dropout(self.c_proj(o.reshape(B, T, self.n_head * self.head_dim)))
 

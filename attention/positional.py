@@ -217,11 +217,15 @@ class RoPE:
 
     def __call__(self, pos: torch.Tensor, *xs: torch.Tensor):
         """Rotate the first r dims of each (B, heads, T, d) tensor at positions pos (T,)."""
-        r = self.rotated_dims(xs[0].size(-1))
+        d = xs[0].size(-1)
+        if self.fraction == 1.0:  # every dim turns (the usual case; a decoding step's shortest path)
+            rotation = self.rotation(pos, d)                                             # (T, d/2)
+            return tuple(rotate_pairs(x, rotation) for x in xs)
+        r = self.rotated_dims(d)
         if r == 0:
             return xs
-        rotation = self.rotation(pos, xs[0].size(-1))                                   # (T, r/2)
-        if r == xs[0].size(-1):
+        rotation = self.rotation(pos, d)                                                 # (T, r/2)
+        if r == d:
             return tuple(rotate_pairs(x, rotation) for x in xs)
         # split, not slices: one cat in the backward instead of a zeroed copy of x per slice
         return tuple(torch.cat([rotate_pairs(a, rotation), b], dim=-1)

@@ -32,9 +32,9 @@ def recurrent_delta_step(q, k, v, beta, g, state, scale=None):
     S, k = state.reshape(B * H, Dk, Dv), fp32(k).reshape(B * H, 1, Dk)
     if g is not None:                                                  # forget
         S = fp32(g).exp().reshape(B * H, 1, 1) * S
-    u = fp32(beta).reshape(B * H, 1, 1) * (fp32(v).reshape(B * H, 1, Dv) - torch.bmm(k, S))  # the correction
+    u = (fp32(v).reshape(B * H, 1, Dv) - torch.bmm(k, S)).mul_(fp32(beta).reshape(B * H, 1, 1))  # the correction
     S = torch.addcmul(S, k.transpose(1, 2), u)                        # write: k u^T
-    o = torch.bmm(fp32(q).reshape(B * H, 1, Dk) * scale, S)
+    o = torch.bmm(fp32(q).reshape(B * H, 1, Dk), S).mul_(scale)       # in place: no wrapped scalar
     return in_dtype(o.view(B, H, 1, Dv), q.dtype), S.view(B, H, Dk, Dv)
 
 

@@ -69,7 +69,7 @@ def recurrent_gla_step(q, k, v, g, state, scale=None):
     if g is not None:                                                  # forget: decay each key row
         state = fp32(g).exp().transpose(-1, -2) * state
     state = torch.addcmul(state, fp32(k).transpose(-1, -2), fp32(v))   # write: outer product k^T v
-    o = torch.bmm((fp32(q) * scale).reshape(B * Hkv, H // Hkv, Dk), state.reshape(B * Hkv, Dk, Dv))  # read: q S
+    o = torch.bmm(fp32(q).reshape(B * Hkv, H // Hkv, Dk), state.reshape(B * Hkv, Dk, Dv)).mul_(scale)  # read: q S
     return in_dtype(o.view(B, H, 1, Dv), q.dtype), state
 
 

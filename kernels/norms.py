@@ -17,7 +17,7 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """F.normalize(x, dim=-1, eps=eps)."""
     if torch.is_grad_enabled() and x.requires_grad:
         return L2Normalize.apply(x, eps)
-    return l2_forward(x, eps)[0]
+    return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min_(eps)   # F.normalize's own formula
 
 
 def l2_forward(x, eps):
@@ -54,7 +54,8 @@ def rms_norm_gated(o: torch.Tensor, weight: torch.Tensor, r: torch.Tensor, eps: 
 
 def rms_gated_forward(o, weight, r, eps):
     """(y, n, rstd): n = o rstd with rstd = 1 / sqrt(mean(o^2) + eps) per row, y = silu(r) (n weight)."""
-    rstd = torch.rsqrt(o.pow(2).mean(dim=-1, keepdim=True) + eps)             # [..., 1]
+    rstd = (o * o).mean(dim=-1, keepdim=True).add_(eps).rsqrt_()              # [..., 1]; in place: a decoding
+    # step's cost is its op count, and a Python scalar's out-of-place add costs a wrapped tensor
     n = o * rstd
     return F.silu(r) * (n * weight), n, rstd
 
