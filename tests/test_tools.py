@@ -130,6 +130,23 @@ def test_decode_benchmark_runs_tiny(tmp_path):
     assert "Hugging Face" in r.stdout and sum(line.startswith("| ") for line in r.stdout.splitlines()) >= 3 + 3
 
 
+def test_decode_benchmark_matches_parameters_when_asked(tmp_path):
+    """--match=params: every variant's parameters within tools/budget.py's tolerance of the first
+    config's, by its MLP width, where at its own width GLA carries more (its gate projections)."""
+    from tools import budget
+    from tools.benchmarks import decode
+    from trainer.settings import MODEL_KEYS, parse_keys
+    out = tmp_path / "decode.json"
+    decode.main(["config/mha.py", "config/gla.py", "config/deltanet.py", "--quick", "--match=params", "--rounds=1",
+                 "--json", str(out)])
+    rows = json.loads(out.read_text())["variants"]
+    quick = parse_keys(["config/gla.py", *decode.QUICK_WIDTH])
+    own = budget.meta_model({k: quick[k] for k in MODEL_KEYS}, 65).num_params()
+    assert own > rows[0]["params"] * (1 + budget.PARAMS_TOLERANCE)          # unmatched, GLA is larger
+    for row in rows[1:]:
+        assert abs(row["params"] - rows[0]["params"]) <= budget.PARAMS_TOLERANCE * rows[0]["params"], row
+
+
 def test_gla_paths_benchmark_names_the_path_chunk_gla_takes(tmp_path, monkeypatch):
     """The gla suite's paths section (--quick): the path it reports for each decay rate is the one
     chunk_gla takes (spied on), and only the paths exact at that rate are timed; no speeds asserted."""

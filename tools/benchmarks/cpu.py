@@ -18,7 +18,7 @@ every variant alike. Read the ratios to the first config in the same setting.
 Decoding: the decode suite's measurement (tools/benchmarks/decode.py; --suite=decode adds 16k,
 torch.compile and Hugging Face's generate): batch 1, float32, one thread, greedy, after --contexts
 tokens of prefilled context, the median ms of --decode_steps one-token steps per round over
---rounds interleaved rounds, each config at its own width.
+--rounds interleaved rounds, each config's MLP width matched as in training (decode --match=params).
 
 The table names the CPU and whether it has native bf16 matrix units (cpu_bf16_units: AMX tiles
 or AVX512-BF16, as torch detects them); its last lines say whether bf16 autocast trained the first config
@@ -127,7 +127,7 @@ def time_training(keys, setting, args):
 
 def time_decoding(paths, args):
     """The decode suite's rows (tools/benchmarks/decode.py: fp32, one thread, interleaved rounds) at --contexts."""
-    dec = decode.parse_args([*paths, f"--contexts={','.join(map(str, args.contexts))}", "--threads=1",
+    dec = decode.parse_args([*paths, f"--contexts={','.join(map(str, args.contexts))}", "--threads=1", "--match=params",
                              f"--steps={args.decode_steps}", f"--rounds={args.rounds}", *["--quick"] * args.quick])
     torch.set_num_threads(1)
     return decode.bench_variants(paths, dec, "cpu")

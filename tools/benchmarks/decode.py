@@ -35,6 +35,7 @@ import time
 import torch
 
 from model import GPT, GPTConfig
+from tools import budget
 from tools.benchmarks.harness import attempt, device_name, emit, fmt_bytes, int_list, parser, prefilled_step
 from trainer.cli import ConfigError
 from trainer.settings import MODEL_KEYS, parse_keys
@@ -59,6 +60,9 @@ def parse_args(argv):
     p.add_argument("--hf_config", default="config/gqa.py", help="our GQA + RoPE shape for the transformers run")
     p.add_argument("--hf_context", type=int, default=64, help="prompt tokens before generating")
     p.add_argument("--hf_tokens", type=int, default=64, help="tokens generated per timed call")
+    p.add_argument("--match", choices=("none", "params"), default="none",
+                   help="params: each config's MLP width solved so that its parameters equal the first config's "
+                        "(as the studies and the cpu suite's training rows match them); none: each at its own")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="--key=value",
                    help="override for every config, e.g. --set=--n_layer=2")
     args = p.parse_args(argv)
@@ -74,13 +78,24 @@ def parse_args(argv):
     return args
 
 
-def model_config(path, args, block_size=None):
+def model_config(path, args, block_size=None, target_params=None):
     """GPTConfig of a config file with the overrides (ConfigError/ValueError if bad); block_size raised
-    to at least `block_size` (learned positions end there; the others decode past it anyway)."""
+    to at least `block_size` (learned positions end there; the others decode past it anyway); with
+    target_params, mlp_hidden solved to that many parameters (tools/budget.py, ValueError if none can)."""
     cfg = parse_keys([path, *args.overrides])
     keys = {k: cfg[k] for k in MODEL_KEYS}
     keys["block_size"] = max(keys["block_size"], block_size or 0)
+    if target_params is not None:
+        keys["mlp_hidden"], _ = budget.solve_mlp_hidden(keys, target_params, args.vocab_size)
     return GPTConfig(vocab_size=args.vocab_size, **keys)
+
+
+def target_params(configs, args):
+    """--match=params: the first config's parameter count, which the others' MLP widths are solved to; else None."""
+    if args.match != "params":
+        return None
+    with torch.device("meta"):
+        return GPT(model_config(configs[0], args)).num_params()
 
 
 def step_times(step, n):
@@ -93,13 +108,14 @@ def step_times(step, n):
     return times
 
 
-def prepare_variant(path, args, device):
+def prepare_variant(path, args, device, target=None):
     """(row, cells): the variant's row without timings, and a cell (entry, key, step, times) per context
-    (and --compile) holding a prefilled step with room for every round's steps, which the rounds time."""
+    (and --compile) holding a prefilled step with room for every round's steps, which the rounds time.
+    target: the parameters its MLP width is solved to (--match=params), or None."""
     contexts = int_list(args.contexts)
     total = args.rounds * args.steps + WARMUP
     torch.manual_seed(0)
-    model = GPT(model_config(path, args, max(contexts) + total)).to(device).eval()
+    model = GPT(model_config(path, args, max(contexts) + total, target)).to(device).eval()
     row = {"variant": os.path.splitext(os.path.basename(path))[0], "attention": model.config.attention,
            "pos_encoding": model.config.pos_encoding, "params": model.num_params(),
            "kv_cache_bytes_per_token": model.cache_elems_per_token() * 4,
@@ -124,7 +140,8 @@ def prepare_variant(path, args, device):
 
 def bench_variants(configs, args, device):
     """One row per config: median ms/token per context, from interleaved rounds."""
-    prepared = [prepare_variant(path, args, device) for path in configs]
+    target = target_params(configs, args)
+    prepared = [prepare_variant(path, args, device, target) for path in configs]
     cells = [cell for _, variant_cells in prepared for cell in variant_cells]
     for r in range(args.rounds):
         for entry, key, step, times in cells:
@@ -274,6 +291,8 @@ def hf_table(hf):
 
 def markdown(rows, hf, args):
     width = " ".join(args.overrides) or "each config's own width"
+    if args.match == "params":
+        width += ", MLP widths matched to the first config's parameters"
     lines = variants_table(rows, args) + [
         "", f"{device_name()}, fp32, batch 1, {width}; median ms/token of {args.rounds} x {args.steps} greedy "
             "one-token steps after the context, interleaved rounds", ""]
@@ -291,6 +310,8 @@ def main(argv=None):
             if not os.path.isfile(path):
                 raise ConfigError("not found")
             config = model_config(path, args)
+            if path != args.hf_config:
+                model_config(path, args, target_params=target_params(configs, args))
             if path == args.hf_config:
                 check_llama_shape(config)
         except (ConfigError, ValueError) as e:
