@@ -58,26 +58,52 @@ def stored_runs(root, folder, which):
                                                                  f"{which}_run*.json")))]
 
 
-def decode_runs(root, which):
-    """The decode suite's runs, docs/results/speed/decode/<which>_run*.json."""
-    return stored_runs(root, "decode", which)
+def decode_runs(root, which, folder="decode"):
+    """The decode suite's runs, docs/results/speed/<folder>/<which>_run*.json."""
+    return stored_runs(root, folder, which)
 
 
-def decode_before_after(root):
-    """Per variant and context, the median over the stored runs of ms/token before and after the cheaper step
-    (before: the code at commit 2ac2b49 timed by the same suite, runs alternating with after's)."""
-    median = {}
+def decode_medians(root, folder):
+    """{(variant, context): {"before": ms, "after": ms}}: medians over a folder's stored runs of each."""
+    times = {}
     for which in ("before", "after"):
-        for run in decode_runs(root, which):
+        for run in decode_runs(root, which, folder):
             for row in run["variants"]:
                 for e in row["decode"]:
-                    cell = median.setdefault((row["variant"], e["context"]), {})
-                    cell.setdefault(which, []).append(e["ms_per_token"])
+                    times.setdefault((row["variant"], e["context"]), {}).setdefault(which, []).append(e["ms_per_token"])
+    return {key: {w: statistics.median(ts) for w, ts in cell.items()} for key, cell in times.items()}
+
+
+def decode_before_after(root, folder="decode", ratio_to=None):
+    """Per variant and context, the median over the stored runs of ms/token before and after a change
+    (folder decode: the cheaper step, before = commit 2ac2b49; decode_step: the one-token steps, before =
+    commit bd63c9b; each timed by the same suite, runs alternating), with its ratio to `ratio_to`'s."""
+    median = decode_medians(root, folder)
     variants = list(dict.fromkeys(v for v, _ in median))
     contexts = sorted({c for _, c in median})
-    rows = [[v, *(f"{statistics.median(median[v, c]['before']):.2f} → {statistics.median(median[v, c]['after']):.2f}"
-                  for c in contexts)] for v in variants]
-    return md_table(["variant", *(f"ms/token after {c:,} tokens: before → after" for c in contexts)], rows)
+
+    def cell(v, c, w):
+        ms = median[v, c][w]
+        return f"{ms:.2f}" + (f" ({ms / median[ratio_to, c][w]:.2f})" if ratio_to else "")
+    rows = [[v, *(f"{cell(v, c, 'before')} → {cell(v, c, 'after')}" for c in contexts)] for v in variants]
+    what = f"ms/token (x {ratio_to})" if ratio_to else "ms/token"
+    return md_table(["variant", *(f"{what} after {c:,} tokens: before → after" for c in contexts)], rows)
+
+
+def decode_gpt2_width(root):
+    """The decode suite at 12 layers x 768 once with MLP widths matched to MHA's parameters and once at
+    each config's own: ms/token at each context with its ratio to MHA's in the same run."""
+    runs = {w: load_json(os.path.join(results_dir(root, "speed"), "decode_step", f"gpt2_width_{w}.json"))
+            for w in ("matched", "own")}
+    head, rows = ["variant"], {}
+    for which, run in runs.items():
+        mha = {e["context"]: e["ms_per_token"] for e in run["variants"][0]["decode"]}
+        head += [f"{which}: params"] + [f"{which}: ms/token @{c} (x mha)" for c in mha]
+        for row in run["variants"]:
+            ms = [e["ms_per_token"] for e in row["decode"]]
+            rows.setdefault(row["variant"], [row["variant"]]).extend(
+                [f"{row['params'] / 1e6:.2f}M"] + [f"{t:.2f} ({t / mha[c]:.2f})" for t, c in zip(ms, mha)])
+    return md_table(head, list(rows.values()))
 
 
 def decode_hf(root):
@@ -206,6 +232,8 @@ TABLES = {
     "speed-delta-chunk": delta_chunk,
     "speed-ops": ops_before_after,
     "speed-decode": decode_before_after,
+    "speed-decode-step": lambda root: decode_before_after(root, "decode_step", ratio_to="mha"),
+    "speed-decode-gpt2-width": decode_gpt2_width,
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
     "speed-allocator": allocator,
