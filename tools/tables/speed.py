@@ -114,9 +114,9 @@ def decode_hf(root):
                     [[w, ", ".join(cs), f"{ratio[w]:.2f}"] for w, cs in cells.items()])
 
 
-def decode_compiled(root):
+def decode_compiled(root, path=("decode", "after_compile3.json")):
     """One run of the decode suite with --compile: eager and compiled steps, and Hugging Face's generate."""
-    with open(os.path.join(results_dir(root, "speed"), "decode", "after_compile3.json")) as f:
+    with open(os.path.join(results_dir(root, "speed"), *path)) as f:
         run = json.load(f)
     contexts = ",".join(str(e["context"]) for e in run["variants"][0]["decode"])
     return decode.variants_table(run["variants"], SimpleNamespace(contexts=contexts, compile=True)) + [""] + \
@@ -234,6 +234,7 @@ TABLES = {
     "speed-decode": decode_before_after,
     "speed-decode-step": lambda root: decode_before_after(root, "decode_step", ratio_to="mha"),
     "speed-decode-gpt2-width": decode_gpt2_width,
+    "speed-decode-step-compiled": lambda root: decode_compiled(root, ("decode_step", "compiled.json")),
     "speed-decode-compiled": decode_compiled,
     "speed-decode-hf": decode_hf,
     "speed-allocator": allocator,
