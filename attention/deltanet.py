@@ -20,7 +20,8 @@ keys and values, the model's n_embd // n_head, where fla's gated layer doubles t
     y = c_proj( RMSNorm_per_head(o) * silu(x W_r) )                   the output norm and gate
 
 Decoding keeps per layer the state (H, D, D) and the convolution's last delta_conv - 1 inputs
-(delta_conv - 1, 3 H D), both fp32 and constant in size (attention/cache.py ConvStateCache).
+(delta_conv - 1, 3 H D), both fp32 and constant in size (attention/cache.py ConvStateCache); a
+one-token call goes through `step`, forward's parts written for a batch-1 step.
 The math lives in kernels/delta_chunked.py (chunked WY form; one-token step) beside its naive
 reference in kernels/reference.py; no Triton kernel, so attention/dispatch.py records that
 PyTorch runs (naive: the reference loop; otherwise the chunked form).

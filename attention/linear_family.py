@@ -41,7 +41,8 @@ and kernels.gla.supports:
     triton   kernels.gla.chunk_gla, the same chunked form as a Triton kernel (auto on CUDA; on
              CPU under the interpreter). Imported on first use, so CPU users never need Triton.
 Decoding one token runs kernels.gla_chunked.recurrent_gla_step against the state, whatever
-attn_impl says.
+attn_impl says, through `step`: forward's parts written for a batch-1 step, whose cost is its op
+count (docs/speed.md, "One-token steps"); the tests hold it to the full forward.
 
 A new member (e.g. a delta rule) is a short file with a subclass: its recipe, or its own parts
 where the recurrence differs (override `recur`), and one line in attention/__init__.py.
