@@ -233,10 +233,12 @@ class LinearFamilyAttention(Attention):
         """forward for one token against the cache's state (decoding; the softmax pair's takes forward's
         path): the same parts, written for a step at batch 1, where every op and function call costs
         more than its math. For T = 1 the projection's (B, 1, heads * D) is already (B, heads, 1, D),
-        the layout the recurrence reads: no transposes, one split, no per-part calls."""
+        the layout the recurrence reads: no transposes, one split. The decay and the recurrence are
+        the member's own (decay, recur), as in forward."""
         B, H, Hkv, D = x.size(0), self.n_head, self.n_kv_head, self.head_dim
         qkv, r = F.linear(x, self.c_attn.weight, self.c_attn.bias).split_with_sizes(
             [(H + 2 * Hkv) * D, H * D if self.gated else 0], dim=-1)            # (B, 1, (H + 2 Hkv) D), gate
+        past = None
         if self.conv_weight is not None:
             qkv, past = causal_conv(qkv, self.conv_weight, cache.conv)
         qk, v = qkv.view(B, H + 2 * Hkv, 1, D).split_with_sizes([H + Hkv, Hkv], dim=1)   # (B, heads, 1, D)
@@ -245,13 +247,7 @@ class LinearFamilyAttention(Attention):
         q, k = self.rope(pos, qk)[0].split_with_sizes([H, Hkv], dim=1)
         if self.sum_normalised:
             v = torch.cat([v, v.new_ones(B, Hkv, 1, 1)], dim=-1)
-        g = self.decay(x)
-        record_linear(q, k, g, pos, scale=D ** -0.5)
-        o, state = recurrent_gla_step(q, k, v, g, cache.state, scale=D ** -0.5)    # (B, H, 1, Dv)
-        if self.conv_weight is None:
-            cache.update(state, 1)
-        else:
-            cache.update(state, fp32(past), 1)
+        o = self.recur(q, k, v, self.decay(x), pos, cache, past)      # (B, H, 1, Dv): a member's own recur too
         return self.finish(o.view(B, 1, H, -1), r.view(B, 1, H, D) if self.gated else None, x)
 
     def finish(self, o, r, x):

@@ -95,6 +95,19 @@ def test_decoding_equals_the_full_forward(decay, fmap, norm):
     assert caches[0].state.shape[-1] == 8 + (norm == "sum") + 3 * (fmap == "softmax")   # normalisers' columns
 
 
+def test_one_token_steps_go_through_recur():
+    """A member that overrides recur (the README's way to change the recurrence) is used by decoding's
+    one-token steps too (LinearFamilyAttention.step), not only by the full forward and the prefill."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**layer_kwargs("data", "identity", "rms"))).eval()
+    seen, layer = [], model.h[0].attn
+    recur = layer.recur
+    layer.recur = lambda q, *args: seen.append(q.size(2)) or recur(q, *args)
+    with torch.no_grad():
+        decode_in_chunks(model, torch.randint(0, 65, (1, 5)), splits=(2, 3))
+    assert seen == [2, 1, 1, 1]
+
+
 @pytest.mark.parametrize("decay", [False, True])
 def test_the_softmax_pair_is_finite_and_exact_for_keys_of_magnitude_50(decay):
     """The pair against float64 math without any rescaling (exp(50) fits float64), with its
