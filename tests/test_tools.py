@@ -147,6 +147,21 @@ def test_decode_benchmark_matches_parameters_when_asked(tmp_path):
         assert abs(row["params"] - rows[0]["params"]) <= budget.PARAMS_TOLERANCE * rows[0]["params"], row
 
 
+def test_decode_benchmark_matches_parameters_with_learned_positions(tmp_path):
+    """Learned positions' table grows with the block_size the suite builds for its longest context: the
+    first config's parameters are counted at that size too, so the match holds (at block_size 64 the
+    reference would lack 400 - 64 rows of 32 positions' weights, a sixth of this tiny model)."""
+    from tools import budget
+    from tools.benchmarks import decode
+    out, gqa_learned = tmp_path / "decode.json", tmp_path / "gqa_learned.py"
+    gqa_learned.write_text(f'include("{ROOT}/config/gqa.py")\npos_encoding = "learned"\n')
+    decode.main(["config/learned.py", str(gqa_learned), "--quick", "--match=params", "--rounds=1", "--contexts=400",
+                 "--json", str(out)])
+    mha, gqa = json.loads(out.read_text())["variants"]
+    assert (mha["pos_encoding"], gqa["pos_encoding"], gqa["attention"]) == ("learned", "learned", "gqa")
+    assert abs(gqa["params"] - mha["params"]) <= budget.PARAMS_TOLERANCE * mha["params"]
+
+
 def test_gla_paths_benchmark_names_the_path_chunk_gla_takes(tmp_path, monkeypatch):
     """The gla suite's paths section (--quick): the path it reports for each decay rate is the one
     chunk_gla takes (spied on), and only the paths exact at that rate are timed; no speeds asserted."""

@@ -90,12 +90,18 @@ def model_config(path, args, block_size=None, target_params=None):
     return GPTConfig(vocab_size=args.vocab_size, **keys)
 
 
-def target_params(configs, args):
-    """--match=params: the first config's parameter count, which the others' MLP widths are solved to; else None."""
+def target_params(configs, args, block_size=None):
+    """--match=params: the first config's parameter count at block_size (learned positions' table grows
+    with it), which the others' MLP widths are solved to; else None."""
     if args.match != "params":
         return None
     with torch.device("meta"):
-        return GPT(model_config(configs[0], args)).num_params()
+        return GPT(model_config(configs[0], args, block_size)).num_params()
+
+
+def longest(args):
+    """The block_size every variant is built with: the longest context plus every round's steps."""
+    return max(int_list(args.contexts)) + args.rounds * args.steps + WARMUP
 
 
 def step_times(step, n):
@@ -112,14 +118,14 @@ def prepare_variant(path, args, device, target=None):
     """(row, cells): the variant's row without timings, and a cell (entry, key, step, times) per context
     (and --compile) holding a prefilled step with room for every round's steps, which the rounds time.
     target: the parameters its MLP width is solved to (--match=params), or None."""
-    contexts = int_list(args.contexts)
-    total = args.rounds * args.steps + WARMUP
     torch.manual_seed(0)
-    model = GPT(model_config(path, args, max(contexts) + total, target)).to(device).eval()
+    model = GPT(model_config(path, args, longest(args), target)).to(device).eval()
     row = {"variant": os.path.splitext(os.path.basename(path))[0], "attention": model.config.attention,
            "pos_encoding": model.config.pos_encoding, "params": model.num_params(),
            "kv_cache_bytes_per_token": model.cache_elems_per_token() * 4,
-           "cache_state_bytes": model.cache_state_elems() * 4, "decode": [{"context": c} for c in contexts]}
+           "cache_state_bytes": model.cache_state_elems() * 4,
+           "decode": [{"context": c} for c in int_list(args.contexts)]}
+    total = args.rounds * args.steps + WARMUP
     forwards = {"ms_per_token": None, **({"compiled_ms_per_token": model.compiled_step} if args.compile else {})}
     cells = []
     for entry in row["decode"]:
@@ -140,7 +146,7 @@ def prepare_variant(path, args, device, target=None):
 
 def bench_variants(configs, args, device):
     """One row per config: median ms/token per context, from interleaved rounds."""
-    target = target_params(configs, args)
+    target = target_params(configs, args, longest(args))
     prepared = [prepare_variant(path, args, device, target) for path in configs]
     cells = [cell for _, variant_cells in prepared for cell in variant_cells]
     for r in range(args.rounds):
