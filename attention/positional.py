@@ -221,12 +221,10 @@ class RoPE:
         if self.fraction == 1.0:  # every dim turns (the usual case; a decoding step's shortest path)
             rotation = self.rotation(pos, d)                                             # (T, d/2)
             return tuple(rotate_pairs(x, rotation) for x in xs)
-        r = self.rotated_dims(d)
+        r = self.rotated_dims(d)                                   # < d: a fraction below 1 turns fewer dims
         if r == 0:
             return xs
         rotation = self.rotation(pos, d)                                                 # (T, r/2)
-        if r == d:
-            return tuple(rotate_pairs(x, rotation) for x in xs)
         # split, not slices: one cat in the backward instead of a zeroed copy of x per slice
         return tuple(torch.cat([rotate_pairs(a, rotation), b], dim=-1)
                      for a, b in (x.split([r, x.size(-1) - r], dim=-1) for x in xs))

@@ -99,9 +99,14 @@ def target_params(configs, args, block_size=None):
         return GPT(model_config(configs[0], args, block_size)).num_params()
 
 
+def timed_steps(args):
+    """Decoding steps each prefilled cache makes room for: every round's, and the warm-up's."""
+    return args.rounds * args.steps + WARMUP
+
+
 def longest(args):
-    """The block_size every variant is built with: the longest context plus every round's steps."""
-    return max(int_list(args.contexts)) + args.rounds * args.steps + WARMUP
+    """The block_size every variant is built with: the longest context plus every step after it."""
+    return max(int_list(args.contexts)) + timed_steps(args)
 
 
 def step_times(step, n):
@@ -125,7 +130,7 @@ def prepare_variant(path, args, device, target=None):
            "kv_cache_bytes_per_token": model.cache_elems_per_token() * 4,
            "cache_state_bytes": model.cache_state_elems() * 4,
            "decode": [{"context": c} for c in int_list(args.contexts)]}
-    total = args.rounds * args.steps + WARMUP
+    total = timed_steps(args)
     forwards = {"ms_per_token": None, **({"compiled_ms_per_token": model.compiled_step} if args.compile else {})}
     cells = []
     for entry in row["decode"]:
@@ -311,15 +316,14 @@ def main(argv=None):
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if args.threads:
         torch.set_num_threads(args.threads)
-    for path in [*configs, args.hf_config]:  # every config checked before any work
+    for path in [*configs, args.hf_config]:  # every config checked before any work, built as its run builds it
         try:
             if not os.path.isfile(path):
                 raise ConfigError("not found")
-            config = model_config(path, args)
-            if path != args.hf_config:
-                model_config(path, args, target_params=target_params(configs, args))
             if path == args.hf_config:
-                check_llama_shape(config)
+                check_llama_shape(model_config(path, args))
+            else:
+                model_config(path, args, longest(args), target_params(configs, args, longest(args)))
         except (ConfigError, ValueError) as e:
             print(f"error: config file {path}: {e}", file=sys.stderr)
             sys.exit(2)
