@@ -22,12 +22,12 @@ opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
 idx = torch.randint(0, 65, (3, 257))
 def step():
     _, loss = m(idx[:, :-1], idx[:, 1:]); loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-for _ in range(5):
-    step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
     step()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    step()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
@@ -43,8 +43,9 @@ def test_a_training_step_reuses_the_memory_the_last_one_freed():
     if default < 100:
         pytest.skip(f"this C library already reuses a step's memory ({default:.0f} page faults per step)")
     kept = faults_per_step("keep")
-    # a no-op would fault as often as glibc's defaults (measured: 1,100-1,400 per step here, against 0-70)
-    assert kept < default / 10, (kept, default)
+    # A no-op would fault as often as glibc's defaults. Measured: 330-1,030 faults per step against 6-20 here,
+    # 227 against 32 on CI's machine (its glibc adapts its thresholds sooner), so the margin is a factor of 4.
+    assert kept < default / 4, (kept, default)
 
 
 @pytest.mark.parametrize("variable, value", [("MALLOC_TRIM_THRESHOLD_", "131072"),
