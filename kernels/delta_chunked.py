@@ -126,8 +126,10 @@ def chunk_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, outp
         decay_in = b.exp()[..., None]                                    # exp(b_i) (B, H, N, C, 1)
         decay_out = (b[..., -1:] - b).exp()[..., None]                   # exp(b_last - b_i)
 
-    # Steps 1-2: the UT transform of every chunk at once (UnitLowerInverse reads A's strictly lower part)
-    A = (kc @ kc.transpose(-1, -2)) * gamma * bc[..., None]             # (B, H, N, C, C)
+    # Steps 1-2: the UT transform of every chunk at once (UnitLowerInverse reads A's strictly lower part,
+    # so without a decay A needs no mask)
+    A = (kc @ kc.transpose(-1, -2)) * bc[..., None]                      # (B, H, N, C, C)
+    A = A if g is None else A * gamma
     T_ut = UnitLowerInverse.apply(A) * bc[..., None, :]                 # (B, H, N, C, C)
     W = T_ut @ (kc if decay_in is None else kc * decay_in)               # (B, H, N, C, Dk)
     U = T_ut @ vc                                                        # (B, H, N, C, Dv)
@@ -164,11 +166,12 @@ class StatePass(torch.autograd.Function):
         B, H, N, C, Dv = U.shape
         S = S0.reshape(B * H, *S0.shape[2:])                                  # (BH, Dk, Dv)
         entering, corrected = [], []
-        for U_n, W_n, K_n, last in zip(*chunk_slices(U, W, K), chunk_scales(lasts, N)):   # (BH, C, D) each
+        # (BH, C, D) each; K's chunks as (BH, Dk, C) transposed views: one transpose, not one per chunk
+        for U_n, W_n, Kt_n, last in zip(*chunk_slices(U, W, K.transpose(-1, -2)), chunk_scales(lasts, N)):
             entering.append(S)
             u_n = torch.baddbmm(U_n, W_n, S, alpha=-1)                         # U_n - W_n S: one op, no reshapes
             corrected.append(u_n)
-            S = torch.baddbmm(S if last is None else last * S, K_n.transpose(1, 2), u_n)
+            S = torch.baddbmm(S if last is None else last * S, Kt_n, u_n)
         S_in, u = torch.stack(entering, dim=1), torch.stack(corrected, dim=1)   # (BH, N, Dk, Dv), (BH, N, C, Dv)
         ctx.save_for_backward(W, Q, scores, K, lasts, S_in, u)
         O = torch.baddbmm(torch.bmm(chunks_flat(scores), chunks_flat(u)), chunks_flat(Q), chunks_flat(S_in))
@@ -183,14 +186,14 @@ class StatePass(torch.autograd.Function):
         du_direct = torch.bmm(chunks_flat(scores).transpose(1, 2), dO).view(B * H, N, C, Dv)
         dS_direct = torch.bmm(chunks_flat(Q).transpose(1, 2), dO).view(B * H, N, Dk, Dv)
         G = dS.reshape(B * H, Dk, Dv)               # autograd materialises it (zeros when S is unused)
-        W_n, K_n, du_direct, dS_direct = chunk_slices(W, K, du_direct, dS_direct)
+        Wt_n, K_n, du_direct, dS_direct = chunk_slices(W.transpose(-1, -2), K, du_direct, dS_direct)
         lasts_n = chunk_scales(lasts, N)
         du, leaving = [None] * N, [None] * N                                  # leaving[n] = G_{n+1}
         for n in range(N - 1, -1, -1):
             leaving[n] = G
             du[n] = torch.baddbmm(du_direct[n], K_n[n], G)                        # + K_n G_{n+1}
-            carried = dS_direct[n] + (G if lasts is None else lasts_n[n] * G)
-            G = torch.baddbmm(carried, W_n[n].transpose(1, 2), du[n], alpha=-1)  # - W_n^T du_n
+            carried = dS_direct[n] + G if lasts is None else torch.addcmul(dS_direct[n], lasts_n[n], G)
+            G = torch.baddbmm(carried, Wt_n[n], du[n], alpha=-1)                 # - W_n^T du_n
         du, G_out = torch.stack(du, dim=1), torch.stack(leaving, dim=1)      # (BH, N, C, Dv), (BH, N, Dk, Dv)
         du_f, S_in_t = chunks_flat(du), chunks_flat(S_in).transpose(1, 2)
         dW = torch.bmm(du_f, S_in_t).neg_()
