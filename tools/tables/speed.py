@@ -225,6 +225,7 @@ TABLES = {
     "speed-nanogpt-bf16": bench("nanogpt_bf16", nanogpt.markdown),
     "speed-bf16-softmax": bf16_gain_before_after,
     "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
+    "speed-cpu-compile-threads": bench("cpu_compile_threads", cpu.markdown),
     "speed-cpu-delta": bench("cpu_delta", cpu.markdown),
     "speed-cpu-delta-pass-before": bench("cpu_delta_pass_before", cpu.markdown),
     "speed-cpu-delta-pass-after": bench("cpu_delta_pass_after", cpu.markdown),
