@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from attention.bigbird import BlockSparseAttention
 from model import GPTConfig
-from tools.benchmarks.harness import emit, int_list, median_ms, parser, peak_bytes, read_run
+from tools.benchmarks.harness import at_least, counts, emit, int_list, median_ms, parser, peak_bytes, read_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
@@ -106,14 +106,14 @@ def train_table(args):
 
 def main(argv=None):
     p = parser(__doc__, quick="tiny sizes, to check the script runs")
-    p.add_argument("--seqlens", default="1024,2048,4096,8192")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--head_dim", type=int, default=64)
-    p.add_argument("--block", type=int, default=64)
-    p.add_argument("--window", type=int, default=3)
-    p.add_argument("--n_global", type=int, default=1)
-    p.add_argument("--n_random", type=int, default=1)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--seqlens", type=counts, default="1024,2048,4096,8192")
+    p.add_argument("--heads", type=at_least(1), default=4)
+    p.add_argument("--head_dim", type=at_least(1), default=64)
+    p.add_argument("--block", type=at_least(1), default=64)
+    p.add_argument("--window", type=at_least(1), default=3)
+    p.add_argument("--n_global", type=at_least(0), default=1)
+    p.add_argument("--n_random", type=at_least(0), default=1)
+    p.add_argument("--reps", type=at_least(1), default=5)
     p.add_argument("--train", action="store_true", help="also train config/bigbird.py and config/mha.py")
     p.add_argument("--train_only", action="store_true", help="skip the attention-op table")
     p.add_argument("--out_root", default="/tmp/bench_bigbird", help="--train: run folders go here")

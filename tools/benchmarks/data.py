@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from tools.benchmarks.harness import parser
+from tools.benchmarks.harness import at_least, parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repo root
 
@@ -97,9 +97,9 @@ def run(cmd, env):
 def main(argv=None):
     ap = parser(__doc__, quick="a 2 MB corpus: a smoke test of the script itself")
     ap.add_argument("--input", default=os.environ.get("TINYSHAKESPEARE_INPUT"), help="text to build the corpus from")
-    ap.add_argument("--corpus_mb", type=int, default=64)
+    ap.add_argument("--corpus_mb", type=at_least(1), default=64)
     ap.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl")
-    ap.add_argument("--num_proc", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--num_proc", type=at_least(1), nargs="+", default=[1, 2])
     ap.add_argument("--text", action="store_true", help="also time data/text/prepare.py on the same text")
     ap.add_argument("--work_dir", default="/tmp/bench_data")
     ap.add_argument("--keep", action="store_true", help="keep the corpus and outputs")

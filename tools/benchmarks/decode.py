@@ -36,7 +36,17 @@ import torch
 
 from model import GPT, GPTConfig
 from tools import budget
-from tools.benchmarks.harness import attempt, device_name, emit, fmt_bytes, int_list, parser, prefilled_step
+from tools.benchmarks.harness import (
+    at_least,
+    attempt,
+    counts,
+    device_name,
+    emit,
+    fmt_bytes,
+    int_list,
+    parser,
+    prefilled_step,
+)
 from trainer.cli import ConfigError
 from trainer.settings import MODEL_KEYS, parse_keys
 
@@ -49,26 +59,24 @@ WARMUP = 3  # untimed steps first: a compiled step compiles, then may recompile 
 def parse_args(argv):
     p = parser(__doc__)
     p.add_argument("configs", nargs="*", help="config files (default: the six ladder256 variants)")
-    p.add_argument("--contexts", default="256,4096,16384", help="tokens in the cache before the timed steps")
-    p.add_argument("--steps", type=int, default=32, help="timed steps per variant, context and round")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
-    p.add_argument("--prefill_chunk", type=int, default=1024)
-    p.add_argument("--vocab_size", type=int, default=65)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    p.add_argument("--contexts", type=counts, default="256,4096,16384",
+                   help="tokens in the cache before the timed steps")
+    p.add_argument("--steps", type=at_least(1), default=32, help="timed steps per variant, context and round")
+    p.add_argument("--rounds", type=at_least(1), default=5, help="interleaved rounds")
+    p.add_argument("--prefill_chunk", type=at_least(1), default=1024)
+    p.add_argument("--vocab_size", type=at_least(1), default=65)
+    p.add_argument("--threads", type=at_least(0), default=1, help="torch threads (0: leave as is)")
     p.add_argument("--device", default="auto")
     p.add_argument("--compile", action="store_true", help="also time the step through torch.compile")
     p.add_argument("--hf_config", default="config/gqa.py", help="our GQA + RoPE shape for the transformers run")
-    p.add_argument("--hf_context", type=int, default=64, help="prompt tokens before generating")
-    p.add_argument("--hf_tokens", type=int, default=64, help="tokens generated per timed call")
+    p.add_argument("--hf_context", type=at_least(1), default=64, help="prompt tokens before generating")
+    p.add_argument("--hf_tokens", type=at_least(1), default=64, help="tokens generated per timed call")
     p.add_argument("--match", choices=("none", "params"), default="none",
                    help="params: each config's MLP width solved so that its parameters equal the first config's "
                         "(as the studies and the cpu suite's training rows match them); none: each at its own")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="--key=value",
                    help="override for every config, e.g. --set=--n_layer=2")
     args = p.parse_args(argv)
-    for flag in ("steps", "rounds", "prefill_chunk", "hf_context", "hf_tokens"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag}={getattr(args, flag)} must be at least 1")
     if args.quick:  # tiny sizes, except what was given explicitly
         quick = {"contexts": "16,48", "steps": 4, "rounds": 2, "prefill_chunk": 32, "hf_context": 8, "hf_tokens": 4}
         for key, value in quick.items():

@@ -32,8 +32,21 @@ import torch
 
 from kernels import gla_chunked
 from model import GPT, GPTConfig
-from tools.benchmarks.harness import decode_cost, emit, fmt_bytes, int_list, median_ms, parser, runs_table, train_step
+from tools.benchmarks.harness import (
+    at_least,
+    counts,
+    decode_cost,
+    emit,
+    fmt_bytes,
+    int_list,
+    median_ms,
+    parser,
+    positive_floats,
+    runs_table,
+    train_step,
+)
 
+SECTIONS = ("decode", "train", "step", "paths")
 VARIANTS = {  # name -> GPTConfig keys
     "gla": {"attention": "gla", "pos_encoding": "none", "gla_gate": "data", "gla_chunk": 64},
     "gla_nodecay": {"attention": "gla", "pos_encoding": "rope", "gla_gate": "none", "gla_feature_map": "elu",
@@ -44,18 +57,22 @@ VARIANTS = {  # name -> GPTConfig keys
 
 def parse_args(argv):
     p = parser(__doc__)
-    p.add_argument("--contexts", default="256,4096,16384")
-    p.add_argument("--train_lens", default="1024,4096,8192")
-    p.add_argument("--steps", type=int, default=16, help="decode steps timed per context")
-    p.add_argument("--reps", type=int, default=3, help="training steps timed per length")
-    p.add_argument("--n_layer", type=int, default=2)
-    p.add_argument("--n_embd", type=int, default=256)
-    p.add_argument("--n_head", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the step table")
-    p.add_argument("--only", default="decode,train,step,paths", help="sections to run")
-    p.add_argument("--rates", default="0.05,2,30", help="largest decay per step (nats) of the paths section")
+    p.add_argument("--contexts", type=counts, default="256,4096,16384")
+    p.add_argument("--train_lens", type=counts, default="1024,4096,8192")
+    p.add_argument("--steps", type=at_least(1), default=16, help="decode steps timed per context")
+    p.add_argument("--reps", type=at_least(1), default=3, help="training steps timed per length")
+    p.add_argument("--n_layer", type=at_least(1), default=2)
+    p.add_argument("--n_embd", type=at_least(1), default=256)
+    p.add_argument("--n_head", type=at_least(1), default=4)
+    p.add_argument("--rounds", type=at_least(1), default=5, help="interleaved rounds of the step table")
+    p.add_argument("--only", default=",".join(SECTIONS), help="sections to run")
+    p.add_argument("--rates", type=positive_floats, default="0.05,2,30",
+                   help="largest decay per step (nats) of the paths section")
     p.add_argument("--runs", nargs="*", default=[], help="train.py out_dirs to tabulate")
     args = p.parse_args(argv)
+    unknown = [s for s in args.only.split(",") if s not in SECTIONS]
+    if unknown:
+        p.error(f"--only: unknown section {', '.join(map(repr, unknown))}; choose from {', '.join(SECTIONS)}")
     if args.quick:
         args.contexts, args.train_lens, args.steps, args.reps = "16,64", "64,128", 4, 2
         args.n_embd, args.n_head, args.rounds = 32, 2, 2

@@ -38,13 +38,60 @@ def parser(doc, out=None, quick="tiny sizes: a smoke test of the script itself")
     return p
 
 
+# argparse types: a bad number is one line naming its flag (argparse adds "argument --flag: "), exit 2,
+# before any timing
+def at_least(lowest):
+    """A whole number >= lowest."""
+    def whole_number(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {lowest}")
+        return value
+    return whole_number
+
+
+def counts(text):
+    """Comma-separated whole numbers >= 1 (lengths, contexts, head dims), kept as the text int_list reads."""
+    try:
+        values = int_list(text)
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated whole numbers of at least 1, e.g. 256,4096")
+    return text
+
+
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value:g} must be above 0")
+    return value
+
+
+def positive_floats(text):
+    """Comma-separated numbers > 0, kept as the text."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not min(values) > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated numbers above 0, e.g. 0.05,2,30")
+    return text
+
+
 def add_kernel_shape_args(p, heads, budget_s):
     """The shape flags of the kernel suites (batch, heads, lengths, head dims, time budget)."""
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--heads", type=int, default=heads)
-    p.add_argument("--seqlens", type=str, default="1024,2048,4096,8192,16384")
-    p.add_argument("--head_dims", type=str, default="64,128")
-    p.add_argument("--budget_s", type=float, default=budget_s, help="skip remaining configs after this")
+    p.add_argument("--batch", type=at_least(1), default=4)
+    p.add_argument("--heads", type=at_least(1), default=heads)
+    p.add_argument("--seqlens", type=counts, default="1024,2048,4096,8192,16384")
+    p.add_argument("--head_dims", type=counts, default="64,128")
+    p.add_argument("--budget_s", type=positive_float, default=budget_s, help="skip remaining configs after this")
 
 
 def fmt_bytes(n):

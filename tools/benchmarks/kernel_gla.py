@@ -20,6 +20,7 @@ import torch
 from tools.benchmarks.harness import (
     Budget,
     add_kernel_shape_args,
+    at_least,
     attempt,
     device_name,
     emit,
@@ -32,7 +33,7 @@ from tools.benchmarks.harness import (
 def parse_args(argv):
     p = parser(__doc__, out="bench_gla.md", quick="tiny fp32 shapes on CPU under the Triton interpreter")
     add_kernel_shape_args(p, heads=16, budget_s=90.0)
-    p.add_argument("--chunk", type=int, default=64)
+    p.add_argument("--chunk", type=at_least(1), default=64)
     return p.parse_args(argv)
 
 

@@ -28,7 +28,9 @@ import torch
 
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import (
+    at_least,
     attempt,
+    counts,
     decode_cost,
     device_name,
     emit,
@@ -57,12 +59,12 @@ LONG_SETTINGS = {
 def parse_args(argv):
     p = parser(__doc__)
     p.add_argument("configs", nargs="*", help="config files (default: the eight variants)")
-    p.add_argument("--train_lens", default="1024,4096,8192")
-    p.add_argument("--contexts", default="256,4096,16384")
-    p.add_argument("--repeats", type=int, default=3, help="timed training steps per length")
-    p.add_argument("--steps", type=int, default=16, help="timed decode steps per context")
-    p.add_argument("--prefill_chunk", type=int, default=1024)
-    p.add_argument("--vocab_size", type=int, default=65)
+    p.add_argument("--train_lens", type=counts, default="1024,4096,8192")
+    p.add_argument("--contexts", type=counts, default="256,4096,16384")
+    p.add_argument("--repeats", type=at_least(1), default=3, help="timed training steps per length")
+    p.add_argument("--steps", type=at_least(1), default=16, help="timed decode steps per context")
+    p.add_argument("--prefill_chunk", type=at_least(1), default=1024)
+    p.add_argument("--vocab_size", type=at_least(1), default=65)
     p.add_argument("--device", default="auto")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="--key=value",
                    help=f"override for every config (default width: {' '.join(WIDTH)})")

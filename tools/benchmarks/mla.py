@@ -20,9 +20,9 @@ import sys
 
 import torch
 
-from attention import build_attention
+from attention import ATTN_IMPLS, build_attention
 from model import GPT, GPTConfig
-from tools.benchmarks.harness import decode_cost, emit, int_list, load_average, parser, runs_table
+from tools.benchmarks.harness import at_least, counts, decode_cost, emit, int_list, load_average, parser, runs_table
 
 # name -> GPTConfig overrides
 VARIANTS = {
@@ -36,18 +36,23 @@ VARIANTS = {
 
 def parse_args(argv):
     p = parser(__doc__, quick="contexts 64,128, 8 steps, one repeat")
-    p.add_argument("--contexts", default="256,1024,4096")
-    p.add_argument("--steps", type=int, default=32, help="timed one-token decode steps")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--contexts", type=counts, default="256,1024,4096")
+    p.add_argument("--steps", type=at_least(1), default=32, help="timed one-token decode steps")
+    p.add_argument("--repeats", type=at_least(1), default=3)
     p.add_argument("--impls", default="sdpa", help="comma list of attn_impl values to time")
     p.add_argument("--decode_variants", default="MHA,MLA absorbed,MLA expanded")
-    p.add_argument("--n_layer", type=int, default=2)
-    p.add_argument("--n_embd", type=int, default=384)
-    p.add_argument("--n_head", type=int, default=6)
-    p.add_argument("--threads", type=int, default=0, help="torch threads; 0 = torch's default")
+    p.add_argument("--n_layer", type=at_least(1), default=2)
+    p.add_argument("--n_embd", type=at_least(1), default=384)
+    p.add_argument("--n_head", type=at_least(1), default=6)
+    p.add_argument("--threads", type=at_least(0), default=0, help="torch threads; 0 = torch's default")
     p.add_argument("--runs", nargs="*", default=[], help="training run dirs for the val-loss table")
     p.add_argument("--skip_decode", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for flag, known in (("decode_variants", VARIANTS), ("impls", ATTN_IMPLS)):
+        unknown = [n.strip() for n in getattr(args, flag).split(",") if n.strip() not in known]
+        if unknown:
+            p.error(f"--{flag}: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}")
+    return args
 
 
 def cache_table(n_head=12, head_dim=64, batch=2, max_len=16):
