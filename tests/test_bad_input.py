@@ -160,6 +160,18 @@ def test_compare_refuses_a_malformed_run_folder(tmp_path, summary, log, words):
     assert_refused(code, err, words, max_lines=1)
 
 
+@pytest.mark.parametrize("plan", [[1, 2], {"configs": {"mha": 3}}, {"configs": {}, "inputs": []}])
+def test_compare_refuses_json_that_is_not_a_plan(tmp_path, plan):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"attention": "mha", "best_val_loss": 1.5}))
+    (run / "log.jsonl").write_text(json.dumps({"iter": 0, "val_loss": 1.5, "elapsed_s": 1.0}) + "\n")
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    code, _, err = run_cli(["-m", "tools.compare", str(run), f"--plan={tmp_path / 'plan.json'}",
+                            f"--out={tmp_path / 'rep'}"])
+    assert_refused(code, err, "is JSON but not a sweep's plan", max_lines=1)
+
+
 @pytest.mark.parametrize("content,words", [
     ("text", "is truncated or not a checkpoint"),
     ({"model": {}, "model_args": {}, "iter_num": "abc"}, "iter_num='abc' is not a number"),

@@ -307,9 +307,15 @@ def read_plan(path):
         return None
     try:
         with open(path) as f:
-            return json.load(f)
+            plan = json.load(f)
     except (OSError, ValueError) as e:
         raise RunError(f"--plan {path} is not readable JSON ({e}); pass sweep.py's OUT/plan.json") from None
+    configs = plan.get("configs") if isinstance(plan, dict) else None
+    if not (isinstance(configs, dict) and all(isinstance(e, dict) for e in configs.values())
+            and isinstance(plan.get("inputs", {}), dict)):
+        raise RunError(f"--plan {path} is JSON but not a sweep's plan (no table of configs); "
+                       "pass sweep.py's OUT/plan.json")
+    return plan
 
 
 def check_groups_alike(groups):
