@@ -77,11 +77,10 @@ def positive_float(text):
 def positive_floats(text):
     """Comma-separated numbers > 0, kept as the text."""
     try:
-        values = [float(x) for x in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or not min(values) > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated numbers above 0, e.g. 0.05,2,30")
+        for x in text.split(","):
+            positive_float(x)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated numbers above 0, e.g. 0.05,2,30") from None
     return text
 
 
