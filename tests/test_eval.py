@@ -3,6 +3,7 @@ Also the long-context benchmark suite runs end to end at tiny sizes."""
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 
@@ -208,6 +209,11 @@ def test_cpu_benchmark_runs_tiny(tmp_path):
     assert [line.split(" ")[1] for line in r.stdout.splitlines() if line.startswith(("| mha", "| gla"))] == \
         ["mha", "gla"] * 3   # a training, a page-fault and a decoding table, a row per config
     assert all(k["page_faults"] >= 0 and k["sys_ms"] >= 0 for s in res["train_kernel_per_step"] for k in s.values())
+    for rounds, step in zip(res["train_ms_per_round"], res["train_ms_per_step"]):
+        # each setting's median is its rounds' median; its cell shows the range of the rounds' paired ratios
+        assert len(rounds["gla"]) == res["rounds"] and statistics.median(rounds["gla"]) == step["gla"]
+        ratios = [m / g for m, g in zip(rounds["mha"], rounds["gla"])]
+        assert f"({step['mha'] / step['gla']:.2f}; {min(ratios):.2f}-{max(ratios):.2f})" in r.stdout
     ms = {s["dtype"]: s["mha"] for s in res["train_ms_per_step"]}
     verdict = "pass --dtype=bfloat16" if ms["float32"] > ms["bfloat16"] else "keep float32"
     assert f"bf16 autocast trains mha at {ms['float32'] / ms['bfloat16']:.2f}x fp32's tokens/s with 1 thread(s): " \

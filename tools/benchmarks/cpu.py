@@ -13,7 +13,9 @@ CPU autocast: weights, optimizer and the linear family's state stay fp32) x --co
 torch.compile of the model, its compile time left out) x --threads (1; 0 = every visible core).
 In each setting the variants are timed round-robin, --rounds rounds of --steps steps each: the
 median step of each round, then the median over rounds, so that a drift of the machine touches
-every variant alike. Read the ratios to the first config in the same setting.
+every variant alike. Read the ratios to the first config in the same setting; beside each, the
+range of its per-round ratios (a round runs the variants back to back, so it pairs them): how far
+one round's ratio strays on a shared machine.
 
 Decoding: the decode suite's measurement (tools/benchmarks/decode.py; --suite=decode adds 16k,
 torch.compile and Hugging Face's generate): batch 1, float32, one thread, greedy, after --contexts
@@ -92,8 +94,8 @@ def train_settings(args):
 
 
 def time_training(keys, setting, args):
-    """({path: median ms per training step}, {path: {page_faults, sys_ms} per step}) in one setting,
-    the variants round-robin."""
+    """({path: median ms per training step}, {path: {page_faults, sys_ms} per step}, {path: each round's
+    median ms}) in one setting, the variants round-robin."""
     dtype, compiled, threads = setting
     torch.set_num_threads(threads)
     steps = {}
@@ -122,7 +124,8 @@ def time_training(keys, setting, args):
             kernel[path][1] += after.ru_stime - before.ru_stime
     n = args.rounds * args.steps
     return ({p: statistics.median(ms) for p, ms in rounds.items()},
-            {p: {"page_faults": faults / n, "sys_ms": sys_s * 1e3 / n} for p, (faults, sys_s) in kernel.items()})
+            {p: {"page_faults": faults / n, "sys_ms": sys_s * 1e3 / n} for p, (faults, sys_s) in kernel.items()},
+            rounds)
 
 
 def time_decoding(paths, args):
@@ -138,13 +141,18 @@ def markdown(results):
     results main() writes as JSON, so that docs/ regenerates them from the stored file (tools/tables)."""
     train, configs = results["train_ms_per_step"], list(results["params"])
     ref = configs[0]
+    per_round = results.get("train_ms_per_round")   # files from before it have none
+    spread = "; the range of its per-round ratios" if per_round else ""
     lines = ["| config | params | " + " | ".join(f"{s['dtype']}, compile {s['compile']}, {s['threads']} thread(s): "
-                                                 f"tok/s (x {ref})" for s in train) + " |",
+                                                 f"tok/s (x {ref}{spread})" for s in train) + " |",
              "| --- | ---: |" + " ---: |" * len(train)]
     for c in configs:
         toks = results["tokens_per_step"][c]
-        cells = [f"{toks / s[c] * 1e3:,.0f} ({s[ref] / s[c]:.2f})" for s in train]
-        lines.append(f"| {c} | {results['params'][c]:,} | " + " | ".join(cells) + " |")
+        cells = [f"{toks / s[c] * 1e3:,.0f} ({s[ref] / s[c]:.2f}" for s in train]
+        if per_round:  # each round's ratio: the variants of one round ran back to back, so it pairs them
+            ratios = [[a / b for a, b in zip(r[ref], r[c])] for r in per_round]
+            cells = [f"{cell}; {min(x):.2f}-{max(x):.2f}" for cell, x in zip(cells, ratios)]
+        lines.append(f"| {c} | {results['params'][c]:,} | " + " | ".join(cell + ")" for cell in cells) + " |")
     if "train_kernel_per_step" in results:  # files from before the allocator setting have none
         first, kernel = train[0], results["train_kernel_per_step"][0]
         lines += ["", f"| config | page faults / step | system ms / step ({first['dtype']}, {first['threads']} "
@@ -176,14 +184,16 @@ def main(argv=None):
     allocator = keep_freed_memory() if args.allocator == "keep" else "glibc's defaults"
     paths = args.configs or [f"config/{v}.py" for v in VARIANTS]
     keys, params = suite_keys(paths, args.quick)
-    train = {s: time_training(keys, s, args) for s in train_settings(args)}   # {setting: (ms, kernel)}
+    train = {s: time_training(keys, s, args) for s in train_settings(args)}   # {setting: (ms, kernel, rounds)}
     decoding = time_decoding(paths, args)
     results = {"cpu_bf16_units": cpu_bf16_units(), "visible_cores": visible_cores(), "torch": torch.__version__,
                "rounds": args.rounds, "steps": args.steps, "params": params,
                "allocator": allocator,
                "train_ms_per_step": [{"dtype": d, "compile": c, "threads": t, **{name(p): ms for p, ms in v.items()}}
-                                     for (d, c, t), (v, _) in train.items()],
-               "train_kernel_per_step": [{name(p): k for p, k in kernel.items()} for _, kernel in train.values()],
+                                     for (d, c, t), (v, _, _) in train.items()],
+               "train_ms_per_round": [{"dtype": d, "compile": c, "threads": t, **{name(p): r for p, r in v.items()}}
+                                      for (d, c, t), (_, _, v) in train.items()],
+               "train_kernel_per_step": [{name(p): k for p, k in kernel.items()} for _, kernel, _ in train.values()],
                "tokens_per_step": {name(p): k["batch_size"] * k["block_size"] for p, k in keys.items()},
                "decode": decoding}
     head = (f"CPU: {visible_cores()} visible cores, native bf16 matrix units: {results['cpu_bf16_units'] or 'none'}; "
