@@ -127,7 +127,7 @@ def torchrun(data_root, out, *extra):
                                                 *extra)],
                        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     # the whole of stderr: a rank's crash (its signal, its traceback) shows among every rank's lines
-    assert r.returncode == 0, f"torchrun exit {r.returncode}\n{r.stderr}"
+    assert r.returncode == 0, f"torchrun exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     return read_log(out)
 
 
