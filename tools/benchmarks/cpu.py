@@ -147,12 +147,14 @@ def markdown(results):
                                                  f"tok/s (x {ref}{spread})" for s in train) + " |",
              "| --- | ---: |" + " ---: |" * len(train)]
     for c in configs:
-        toks = results["tokens_per_step"][c]
-        cells = [f"{toks / s[c] * 1e3:,.0f} ({s[ref] / s[c]:.2f}" for s in train]
-        if per_round:  # each round's ratio: the variants of one round ran back to back, so it pairs them
-            ratios = [[a / b for a, b in zip(r[ref], r[c])] for r in per_round]
-            cells = [f"{cell}; {min(x):.2f}-{max(x):.2f}" for cell, x in zip(cells, ratios)]
-        lines.append(f"| {c} | {results['params'][c]:,} | " + " | ".join(cell + ")" for cell in cells) + " |")
+        toks, cells = results["tokens_per_step"][c], []
+        for i, s in enumerate(train):
+            ratio = f"{s[ref] / s[c]:.2f}"
+            if per_round:  # each round's ratio: a round runs the variants back to back, so it pairs them
+                rounds = [a / b for a, b in zip(per_round[i][ref], per_round[i][c])]
+                ratio += f"; {min(rounds):.2f}-{max(rounds):.2f}"
+            cells.append(f"{toks / s[c] * 1e3:,.0f} ({ratio})")
+        lines.append(f"| {c} | {results['params'][c]:,} | " + " | ".join(cells) + " |")
     if "train_kernel_per_step" in results:  # files from before the allocator setting have none
         first, kernel = train[0], results["train_kernel_per_step"][0]
         lines += ["", f"| config | page faults / step | system ms / step ({first['dtype']}, {first['threads']} "
