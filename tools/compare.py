@@ -19,7 +19,6 @@ its best.pt), through trainer.rundir.Run. Writes OUT/report.md:
 and OUT/report.png (mean val loss with a band of ± one std over seeds, against iterations, wall
 time and training FLOPs).
 """
-import argparse
 import json
 import math
 import os
@@ -28,7 +27,7 @@ import statistics
 import sys
 
 from tools import stats
-from trainer.cli import OneLineParser, check_output, fail
+from trainer.cli import OneLineParser, check_output, fail, positive_float
 from trainer.rundir import RunError, load_run, settings_differ
 
 SEED_SUFFIX = re.compile(r"-s(\d+)$")
@@ -344,16 +343,6 @@ def write_report(run_dirs, out_dir, metric="auto", margin=0.01, plan_path=None, 
         f.write(text)
     plot_report(groups, os.path.join(out_dir, "report.png"))
     return text
-
-
-def positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number > 0 (nats)")
-    return value
 
 
 def main(argv=None):

@@ -56,6 +56,17 @@ class OneLineParser(argparse.ArgumentParser):
         fail(f"{message}; see {self.prog} --help")
 
 
+def positive_float(text):
+    """argparse type: a finite number > 0 (argparse names the flag in its one-line error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+    return value
+
+
 def _check_type(key, value, typ, raw):
     if typ is str:
         value = raw if isinstance(raw, str) and not isinstance(value, str) else value

@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from trainer.cli import OneLineParser, check_output
+from trainer.cli import OneLineParser, check_output, positive_float
 
 
 class SuiteParser(OneLineParser):
@@ -62,16 +62,6 @@ def counts(text):
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be comma-separated whole numbers of at least 1, e.g. 256,4096")
     return text
-
-
-def positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value:g} must be above 0")
-    return value
 
 
 def positive_floats(text):

@@ -58,16 +58,16 @@ def stored_runs(root, folder, which):
                                                                  f"{which}_run*.json")))]
 
 
-def decode_runs(root, which, folder="decode"):
-    """The decode suite's runs, docs/results/speed/<folder>/<which>_run*.json."""
-    return stored_runs(root, folder, which)
+def decode_runs(root, which):
+    """The decode suite's runs, docs/results/speed/decode/<which>_run*.json."""
+    return stored_runs(root, "decode", which)
 
 
 def decode_medians(root, folder):
     """{(variant, context): {"before": ms, "after": ms}}: medians over a folder's stored runs of each."""
     times = {}
     for which in ("before", "after"):
-        for run in decode_runs(root, which, folder):
+        for run in stored_runs(root, folder, which):
             for row in run["variants"]:
                 for e in row["decode"]:
                     times.setdefault((row["variant"], e["context"]), {}).setdefault(which, []).append(e["ms_per_token"])
