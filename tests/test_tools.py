@@ -185,3 +185,31 @@ def test_gla_paths_benchmark_names_the_path_chunk_gla_takes(tmp_path, monkeypatc
         q, k, v = (torch.randn(2, 2, 16, 8, generator=gen) for _ in range(3))
         gla_chunked.chunk_gla(q, k, v, -rate * torch.rand(2, 2, 16, 8, generator=gen), chunk_size=16)
         assert taken == spied[path]
+
+
+class Widened(torch.nn.Module):
+    """One class, built at several widths: as the suites' models of one GPT class share its code objects."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2
+
+
+def test_compiling_runs_every_model_of_a_suite_compiled():
+    """dynamo keeps compiled entries per code object, so a suite's models of one class share one
+    recompile_limit (8), past which a frame runs eagerly without an error and the suite would time eager
+    steps as compiled. Under harness.compiling, each of 10 models gets its own compiled graph (backend
+    "eager": dynamo's capture without Inductor's C++ build), and a process past the limit raises."""
+    from torch._dynamo.utils import counters
+
+    from tools.benchmarks.harness import compiling
+    models = 10
+    with compiling(models):
+        counters.clear()
+        for width in range(4, 4 + models):
+            torch.compile(Widened(width), backend="eager")(torch.randn(2, width))
+        assert counters["stats"]["unique_graphs"] == models
+    assert torch._dynamo.config.recompile_limit == 8   # restored

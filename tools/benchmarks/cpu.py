@@ -10,7 +10,8 @@ Training: each config (the keys train.py takes, on random tokens) with its MLP w
 that its parameters equal the first config's (tools.sweep --match=params, tools/budget.py), one
 forward + backward + AdamW step of its batch. Settings: --dtypes (float32; bfloat16 = train.py's
 CPU autocast: weights, optimizer and the linear family's state stay fp32) x --compile (off; on =
-torch.compile of the model, its compile time left out) x --threads (1; 0 = every visible core).
+torch.compile of the model, its compile time left out; each setting's models compiled afresh, every
+one of them compiled: harness.compiling) x --threads (1; 0 = every visible core).
 In each setting the variants are timed round-robin, --rounds rounds of --steps steps each: the
 median step of each round, then the median over rounds, so that a drift of the machine touches
 every variant alike. Read the ratios to the first config in the same setting; beside each, the
@@ -39,7 +40,7 @@ import torch
 from model import GPT, GPTConfig
 from tools import budget
 from tools.benchmarks import decode
-from tools.benchmarks.harness import emit, median_ms, parser, train_step
+from tools.benchmarks.harness import compiling, emit, median_ms, parser, train_step
 from trainer.allocator import keep_freed_memory
 from trainer.cli import ConfigError, fail
 from trainer.settings import MODEL_KEYS, parse_shared_keys
@@ -98,23 +99,30 @@ def time_training(keys, setting, args):
     median ms}) in one setting, the variants round-robin."""
     dtype, compiled, threads = setting
     torch.set_num_threads(threads)
-    steps = {}
-    for path, k in keys.items():
-        model = build(k)
-        opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), "cpu")
-        if compiled == "on":
-            model = torch.compile(model)
-        idx = torch.randint(0, VOCAB, (k["batch_size"], k["block_size"] + 1))
-        step = train_step(model, idx, opt)
-        autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16"
-                    else contextlib.nullcontext())
+    with compiling(len(keys)) if compiled == "on" else contextlib.nullcontext():
+        return time_rounds({path: training_step(k, dtype, compiled) for path, k in keys.items()}, args)
 
-        def run(step=step, autocast=autocast):
-            with autocast:
-                step()
-        run(), run()  # warm up (and compile)
-        steps[path] = run
-    rounds, kernel = {p: [] for p in keys}, {p: [0, 0.0] for p in keys}
+
+def training_step(keys, dtype, compiled):
+    """One config's training step (forward, backward, AdamW) on random tokens, warmed up (and compiled)."""
+    model = build(keys)
+    opt = model.configure_optimizers(0.1, 1e-4, (0.9, 0.95), "cpu")
+    if compiled == "on":
+        model = torch.compile(model)
+    idx = torch.randint(0, VOCAB, (keys["batch_size"], keys["block_size"] + 1))
+    step = train_step(model, idx, opt)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext()
+
+    def run():
+        with autocast:
+            step()
+    run(), run()  # warm up (and compile)
+    return run
+
+
+def time_rounds(steps, args):
+    """time_training's timings of {path: step}: --rounds rounds of --steps steps each, round-robin."""
+    rounds, kernel = {p: [] for p in steps}, {p: [0, 0.0] for p in steps}
     for _ in range(args.rounds):
         for path, run in steps.items():
             before = resource.getrusage(resource.RUSAGE_SELF)

@@ -27,6 +27,7 @@ and our generate against Hugging Face's LlamaForCausalLM.generate at the same ti
 Timing is wall clock with --threads threads (default 1: a step at batch 1 is many small ops, which
 more threads only make noisier). A markdown table goes to stdout (and --out), the results to --json.
 """
+import contextlib
 import os
 import statistics
 import sys
@@ -39,6 +40,7 @@ from tools import budget
 from tools.benchmarks.harness import (
     at_least,
     attempt,
+    compiling,
     counts,
     device_name,
     emit,
@@ -160,12 +162,13 @@ def prepare_variant(path, args, device, target=None):
 def bench_variants(configs, args, device):
     """One row per config: median ms/token per context, from interleaved rounds."""
     target = target_params(configs, args, longest(args))
-    prepared = [prepare_variant(path, args, device, target) for path in configs]
-    cells = [cell for _, variant_cells in prepared for cell in variant_cells]
-    for r in range(args.rounds):
-        for entry, key, step, times in cells:
-            times.extend(step_times(step, args.steps))
-        print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
+    with compiling(len(configs)) if args.compile else contextlib.nullcontext():
+        prepared = [prepare_variant(path, args, device, target) for path in configs]
+        cells = [cell for _, variant_cells in prepared for cell in variant_cells]
+        for r in range(args.rounds):
+            for entry, key, step, times in cells:
+                times.extend(step_times(step, args.steps))
+            print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
     for entry, key, _, times in cells:
         entry[key] = statistics.median(times)
     rows = [row for row, _ in prepared]

@@ -3,6 +3,7 @@ a time budget that skips what does not fit, peak-memory measurement, output writ
 a table of train.py run folders (read through trainer.rundir.Run).
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +37,22 @@ def parser(doc, out=None, quick="tiny sizes: a smoke test of the script itself")
     if quick:
         p.add_argument("--quick", action="store_true", help=quick)
     return p
+
+
+@contextlib.contextmanager
+def compiling(models):
+    """Room for `models` models compiled in one process, each timed as compiled. torch._dynamo keeps its
+    compiled entries per code object (GPT.forward, Block.forward, ...), so every model of the same classes
+    counts against one recompile_limit (8), and past it a frame runs eagerly without an error: a suite's
+    later "compiled" models would be timed eager. Inside: empty caches (no entry compiled under another
+    setting's thread count, which Inductor's CPU kernels bake in), 8 entries per model, and hitting the
+    limit raises instead of falling back."""
+    torch._dynamo.reset()
+    try:
+        with torch._dynamo.config.patch(recompile_limit=8 * models, fail_on_recompile_limit_hit=True):
+            yield
+    finally:
+        torch._dynamo.reset()
 
 
 # argparse types: a bad number is one line naming its flag (argparse adds "argument --flag: "), exit 2,

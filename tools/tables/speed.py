@@ -146,6 +146,12 @@ def allocator(root):
                      "tokens/s"], rows)
 
 
+def ratio_to_first(run, i, config):
+    """In setting i of a cpu suite run, config's training tokens/s as a multiple of the run's first config's."""
+    ms = run["train_ms_per_step"][i]
+    return ms[next(iter(run["params"]))] / ms[config]
+
+
 def before_after(folder):
     """The cpu suite run at a parent commit and at its change, alternating (docs/results/speed/<folder>/
     {before,after}_run<n>.json): per config and setting, tokens/s as a multiple of the first config's
@@ -155,15 +161,29 @@ def before_after(folder):
         first = runs["after"][0]
         base = next(iter(first["params"]))
         settings = range(len(first["train_ms_per_step"]))
-
-        def ratio(run, i, config):
-            ms = run["train_ms_per_step"][i]
-            return f"{ms[base] / ms[config]:.2f}"
-        rows = [[c, *(" → ".join("; ".join(ratio(r, i, c) for r in runs[w]) for w in ("before", "after"))
-                      for i in settings)] for c in first["params"]]
+        rows = [[c, *(" → ".join("; ".join(f"{ratio_to_first(r, i, c):.2f}" for r in runs[w])
+                                 for w in ("before", "after")) for i in settings)] for c in first["params"]]
         heads = [f"{s['dtype']}, {s['threads']} thread(s): x {base}, each run, before → after"
                  for s in first["train_ms_per_step"]]
         return md_table(["config", *heads], rows)
+    return table
+
+
+def repeated(folder):
+    """The cpu suite run several times in a row (docs/results/speed/<folder>/cpu_run<n>.json): per config
+    and setting, tokens/s as a multiple of the first config's (MHA's) in the same run, each run, and the
+    median over the runs."""
+    def table(root):
+        runs = stored_runs(root, folder, "cpu")
+        first = runs[0]
+        settings = first["train_ms_per_step"]
+
+        def cell(i, config):
+            ratios = [ratio_to_first(run, i, config) for run in runs]
+            return "; ".join(f"{r:.2f}" for r in ratios) + f" ({statistics.median(ratios):.2f})"
+        heads = [f"{s['dtype']}, compile {s['compile']}, {s['threads']} thread(s): x {next(iter(first['params']))}, "
+                 "each run (median)" for s in settings]
+        return md_table(["config", *heads], [[c, *(cell(i, c) for i in range(len(settings)))] for c in first["params"]])
     return table
 
 
@@ -225,11 +245,11 @@ TABLES = {
     "speed-nanogpt-bf16": bench("nanogpt_bf16", nanogpt.markdown),
     "speed-bf16-softmax": bf16_gain_before_after,
     "speed-cpu-compile": bench("cpu_compile", cpu.markdown),
-    "speed-cpu-compile-threads": bench("cpu_compile_threads", cpu.markdown),
     "speed-cpu-delta": bench("cpu_delta", cpu.markdown),
     "speed-cpu-delta-pass-before": bench("cpu_delta_pass_before", cpu.markdown),
     "speed-cpu-delta-pass-after": bench("cpu_delta_pass_after", cpu.markdown),
     "speed-delta-ops": before_after("delta_ops"),
+    "speed-compile-runs": repeated("compile_runs"),
     "speed-delta-chunk": delta_chunk,
     "speed-ops": ops_before_after,
     "speed-decode": decode_before_after,
