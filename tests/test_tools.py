@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import train
@@ -203,13 +204,19 @@ def test_compiling_runs_every_model_of_a_suite_compiled():
     recompile_limit (8), past which a frame runs eagerly without an error and the suite would time eager
     steps as compiled. Under harness.compiling, each of 10 models gets its own compiled graph (backend
     "eager": dynamo's capture without Inductor's C++ build), and a process past the limit raises."""
+    from torch._dynamo.exc import FailOnRecompileLimitHit
     from torch._dynamo.utils import counters
 
     from tools.benchmarks.harness import compiling
-    models = 10
+    models, limit = 10, torch._dynamo.config.recompile_limit
+
+    def compile_each(n):
+        for width in range(4, 4 + n):
+            torch.compile(Widened(width), backend="eager")(torch.randn(2, width))
     with compiling(models):
         counters.clear()
-        for width in range(4, 4 + models):
-            torch.compile(Widened(width), backend="eager")(torch.randn(2, width))
+        compile_each(models)
         assert counters["stats"]["unique_graphs"] == models
-    assert torch._dynamo.config.recompile_limit == 8   # restored
+    with compiling(1), pytest.raises(FailOnRecompileLimitHit):
+        compile_each(9)
+    assert torch._dynamo.config.recompile_limit == limit   # restored
