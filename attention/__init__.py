@@ -2,22 +2,24 @@
 
 Where each variant lives (a file is named after the attention= value it serves):
 
-    attention=      layer (wiring)                           kernel (Triton)        PyTorch math
-    mha, gqa, mqa   attention/mha.py   MultiHeadAttention        kernels/flash_attn.py  attention/base.py attend
-    mla             attention/mla.py   MultiHeadLatentAttention  kernels/flash_attn.py  attention/base.py attend
-    bigbird         attention/bigbird.py BlockSparseAttention    kernels/flash_attn.py  attention/bigbird.py
-    gla             attention/gla.py   GatedLinearAttention      kernels/gla.py         kernels/gla_chunked.py
-    linear          attention/linear.py LinearAttention          kernels/gla.py         kernels/gla_chunked.py
-    retnet          attention/retnet.py MultiScaleRetention      kernels/gla.py         kernels/gla_chunked.py
-    efficient       attention/efficient.py EfficientAttention    kernels/gla.py         kernels/gla_chunked.py
-    swa             attention/swa.py   SlidingWindowAttention    kernels/flash_attn.py  attention/swa.py, base.py attend
-    moba            attention/moba.py  MixtureOfBlockAttention   (none: PyTorch)        attention/moba.py
-    deltanet,       attention/deltanet.py DeltaNet               (none: PyTorch)        kernels/delta_chunked.py
+    attention=     layer (wiring)                                    Triton kernel    PyTorch math
+    mha, gqa, mqa  attention/mha.py        MultiHeadAttention        flash_attn.py    attention/base.py attend
+    mla            attention/mla.py        MultiHeadLatentAttention  flash_attn.py    attention/base.py attend
+    bigbird        attention/bigbird.py    BlockSparseAttention      flash_attn.py    attention/bigbird.py
+    gla            attention/gla.py        GatedLinearAttention      gla.py           attn_kernels/gla_chunked.py
+    linear         attention/linear.py     LinearAttention           gla.py           attn_kernels/gla_chunked.py
+    retnet         attention/retnet.py     MultiScaleRetention       gla.py           attn_kernels/gla_chunked.py
+    efficient      attention/efficient.py  EfficientAttention        gla.py           attn_kernels/gla_chunked.py
+    swa            attention/swa.py        SlidingWindowAttention    flash_attn.py    attention/swa.py, base.py attend
+    moba           attention/moba.py       MixtureOfBlockAttention   (none: PyTorch)  attention/moba.py
+    deltanet,      attention/deltanet.py   DeltaNet                  (none: PyTorch)  attn_kernels/delta_chunked.py
       gated_deltanet
+
+    (Triton kernels: attn_kernels/flash_attn.py and attn_kernels/gla.py.)
 
 Shared: attention/base.py (the interface, the QKV projection, `attend`), attention/dispatch.py
 (which implementation runs: `choose_impl`, `check_impl_runs_on`), attention/cache.py,
-attention/positional.py, attention/record.py (analyze.py's hook); kernels/reference.py holds the
+attention/positional.py, attention/record.py (analyze.py's hook); attn_kernels/reference.py holds the
 references the kernels are tested against. The linear family (gla, linear, retnet, efficient) shares
 attention/linear_family.py: one layer over the recurrence, each member a recipe of four parts (decay,
 feature map, normaliser, output gate) in its own short file; gla takes its parts from its keys

@@ -79,7 +79,7 @@ from attention import record
 from attention.cache import KVCache
 from attention.dispatch import ATTN_IMPLS, check_impl_runs_on, choose_impl  # noqa: F401  (public here too)
 from attention.positional import RoPE, alibi_bias, alibi_slopes, visible_keys
-from kernels.gla_chunked import fp32
+from attn_kernels.gla_chunked import fp32
 
 
 class Attention(nn.Module):
@@ -287,7 +287,8 @@ class QKVAttention(Attention):
     def kernel_cases(self) -> dict:
         """Training and prefill ("forward") and steps against a cache ("decode", keys in position order
         ending at the last query, as the kernel's bottom-right causality wants): the same kernel case."""
-        case = ("kernels.flash_attn", dict(head_dim_qk=self.head_dim, head_dim_v=self.head_dim, dropout=self.dropout))
+        case = ("attn_kernels.flash_attn",
+                dict(head_dim_qk=self.head_dim, head_dim_v=self.head_dim, dropout=self.dropout))
         return {"forward": case, "decode": case}
 
 
@@ -312,7 +313,7 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, 
         if keep is not None:  # the kernel would drop it: a silently wrong result on CUDA only
             raise ValueError("attend: keep= cannot run on the flash kernel, which takes no element mask; declare "
                              "masked=True in the layer's kernel_cases so that dispatch picks PyTorch")
-        from kernels.flash_attn import flash_attention  # keys in position order, ending at the last query
+        from attn_kernels.flash_attn import flash_attention  # keys in position order, ending at the last query
         return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes, window=window)
 
     unmasked = sees_all_keys and keep is None and window is None and impl != "naive"

@@ -29,7 +29,7 @@ Paths (attention/dispatch.py decides what runs on each; all compute the same fun
 - "forward", the keys are this sequence (training, a prefill into an empty cache):
   sdpa gathers the selected K/V blocks per query block and runs a masked softmax over them,
   work and memory O(T * selected keys); triton (or auto on CUDA; sparse_block >= 16, no
-  attention dropout) runs kernels/flash_attn.py, which visits only the layout's key blocks;
+  attention dropout) runs attn_kernels/flash_attn.py, which visits only the layout's key blocks;
   naive is the dense reference, full attention with the token mask, via `attend`.
 - "decode", new tokens against a KVCache holding earlier keys: `attend` over the cached keys
   with the token mask derived from the layout and the positions (masked: PyTorch). The cache
@@ -55,7 +55,7 @@ import torch.nn.functional as F
 
 from attention.base import QKVAttention, attend, mean_keys_in_blocks
 from attention.positional import alibi_bias
-from kernels.gla_chunked import first_tokens
+from attn_kernels.gla_chunked import first_tokens
 
 
 def n_blocks_for(config) -> int:
@@ -166,7 +166,7 @@ class BlockSparseAttention(QKVAttention):
             y = self.attend_dense(q, k, v, pos, k_pos, dropout_p=dropout_p, impl=impl)
         elif impl == "triton":
             # the flash kernel visits only the layout's key blocks (its tiles are our blocks)
-            from kernels.flash_attn import flash_attention
+            from attn_kernels.flash_attn import flash_attention
             nb = -(-T // self.sparse_block)
             y = flash_attention(q, k, v, causal=True, alibi_slopes=self.alibi_slopes,
                                 block_layout=self.layout[:nb, :nb], block_size=self.sparse_block)

@@ -22,8 +22,8 @@ keys and values, the model's n_embd // n_head, where fla's gated layer doubles t
 Decoding keeps per layer the state (H, D, D) and the convolution's last delta_conv - 1 inputs
 (delta_conv - 1, 3 H D), both fp32 and constant in size (attention/cache.py ConvStateCache); a
 one-token call goes through `step`, forward's parts written for a batch-1 step.
-The math lives in kernels/delta_chunked.py (chunked WY form; one-token step) beside its naive
-reference in kernels/reference.py; no Triton kernel, so attention/dispatch.py records that
+The math lives in attn_kernels/delta_chunked.py (chunked WY form; one-token step) beside its naive
+reference in attn_kernels/reference.py; no Triton kernel, so attention/dispatch.py records that
 PyTorch runs (naive: the reference loop; otherwise the chunked form).
 """
 import math
@@ -36,10 +36,10 @@ from attention import record
 from attention.base import Attention, chunk_lengths, mean_keys_in_blocks
 from attention.cache import ConvStateCache
 from attention.short_conv import causal_conv, conv_weight
-from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
-from kernels.gla_chunked import fp32, in_dtype
-from kernels.norms import l2_normalize, rms_norm_gated
-from kernels.reference import naive_recurrent_delta_rule
+from attn_kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
+from attn_kernels.gla_chunked import fp32, in_dtype
+from attn_kernels.norms import l2_normalize, rms_norm_gated
+from attn_kernels.reference import naive_recurrent_delta_rule
 
 DT_MIN, DT_MAX = 1e-3, 1e-1  # Mamba-2's range for the initial step size dt = softplus(dt_bias)
 A_MAX = 16.0                 # A = exp(A_log) drawn from U(0, A_MAX) at init (fla's GatedDeltaNet)
@@ -138,7 +138,7 @@ class DeltaNet(Attention):
 
     def record(self, q, k, g, pos):
         """analyze.py's weights: o_t = sum_j (alpha_{j+1} .. alpha_t) (q_t . k_j) u_j / sqrt(D), GLA's form over
-        the corrected values u_j (kernels/delta_chunked.py), so the same hook serves (only while recording)."""
+        the corrected values u_j (attn_kernels/delta_chunked.py), so the same hook serves (only while recording)."""
         if record.state is not None:
             B, H, T, D = q.shape
             record.record_linear(q, k, None if g is None else g[..., None].expand(B, H, T, D), pos, scale=D ** -0.5)

@@ -8,7 +8,7 @@
 
 A layer names every path its forward runs (training, prefill, one-token decoding, a masked
 form...) with the kernel module that path would call and the case it would hand it
-(`Attention.kernel_cases`); `choose_impl` asks kernels/env.py whether the kernels run on the
+(`Attention.kernel_cases`); `choose_impl` asks attn_kernels/env.py whether the kernels run on the
 device and the kernel module's `supports(...)` whether it takes the case. A path no kernel
 serves names None as its module and may say why ({"why": ...}). Layers keep the answer per
 device and path (`Attention.impl(device, path)`) and forward bodies only look it up, so nothing
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.env import why_unavailable
+from attn_kernels.env import why_unavailable
 
 ATTN_IMPLS = ("auto", "triton", "sdpa", "naive")
 _said = set()  # the stderr notes already printed: each once per process
@@ -40,7 +40,7 @@ def _say_once(message: str):
 
 
 def choose_impl(requested: str, device, kernel_module: str | None, case: dict) -> ImplChoice:
-    """What runs for one path of one layer on `device`: `kernel_module` (e.g. "kernels.flash_attn")
+    """What runs for one path of one layer on `device`: `kernel_module` (e.g. "attn_kernels.flash_attn")
     is imported only when Triton can run here, then its supports(**case) decides. None: a path
     no kernel serves, PyTorch runs it, for the reason case["why"] (a generic one without it)."""
     device = torch.device(device)

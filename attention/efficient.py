@@ -4,7 +4,7 @@
     o_t = rho_q(q_t) (S_t / Z_t),   S_t = sum_j exp(k_j)^T v_j,   Z_t = sum_j exp(k_j)
 
 Linear attention that keeps softmax's row normalisation with two maps, no decay, stable by a running
-max (kernels/gla_chunked.py softmax_pair_inputs); no gate, no norm; no RoPE (the pair exponentiates
+max (attn_kernels/gla_chunked.py softmax_pair_inputs); no gate, no norm; no RoPE (the pair exponentiates
 q and k): pos_encoding sinusoidal or none. The decoding state carries 3 more columns (log Z, max, decay).
 The parts and the recurrence: attention/linear_family.py (this is its decay=none, feature_map=softmax,
 norm=none, output_gate=none; attention=gla with those knobs builds the same layer).

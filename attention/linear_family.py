@@ -1,6 +1,6 @@
 """The linear-attention family's shared layer: each member (attention=gla, linear, retnet, efficient)
 is a recipe of four parts over one recurrence (flash-linear-attention's layout: layers wire, ops
-compute; the ops are kernels/gla_chunked.py, kernels/gla.py and kernels/reference.py).
+compute; the ops are attn_kernels/gla_chunked.py, attn_kernels/gla.py and attn_kernels/reference.py).
 
 Softmax attention is replaced by a recurrence over a fixed-size state per KV head:
 
@@ -15,7 +15,7 @@ The parts (Recipe), each built once in __init__ and applied in forward without k
                  none: g = 0, nothing is forgotten (o = Q (K^T V) masked causally)
     feature map  identity | elu (elu + 1, Katharopoulos et al. 2020) | relu | softmax: Efficient
                  Attention's pair (Shen et al. 2021), softmax over each query's features and each key
-                 feature's exp over the keys seen so far, stable by a running max (kernels/gla_chunked.py
+                 feature's exp over the keys seen so far, stable by a running max (attn_kernels/gla_chunked.py
                  softmax_pair_inputs)
     normaliser   rms: per-head RMSNorm of o; sum: o_t / (phi(q_t) . sum_j decayed phi(k_j)),
                  Katharopoulos et al.'s, carried as one more value channel of ones (positive maps only,
@@ -34,13 +34,13 @@ The layer (flash-linear-attention's GatedLinearAttention, without its expansion 
 Every member builds the same modules under the same names in the same order (c_attn, gk_proj,
 o_norm, c_proj), so a recipe's weights are drawn alike and load alike whichever name built it.
 attention/dispatch.py decides what runs for the full sequence (training, prefill), from attn_impl
-and kernels.gla.supports:
-    naive    kernels.reference.naive_recurrent_gla, a Python loop over time (the reference)
-    sdpa     kernels.gla_chunked.chunk_gla, the chunked parallel form in PyTorch (the default
+and attn_kernels.gla.supports:
+    naive    attn_kernels.reference.naive_recurrent_gla, a Python loop over time (the reference)
+    sdpa     attn_kernels.gla_chunked.chunk_gla, the chunked parallel form in PyTorch (the default
              off CUDA; also where the kernel cannot take gla_chunk: powers of two >= 16 only)
-    triton   kernels.gla.chunk_gla, the same chunked form as a Triton kernel (auto on CUDA; on
+    triton   attn_kernels.gla.chunk_gla, the same chunked form as a Triton kernel (auto on CUDA; on
              CPU under the interpreter). Imported on first use, so CPU users never need Triton.
-Decoding one token runs kernels.gla_chunked.recurrent_gla_step against the state, whatever
+Decoding one token runs attn_kernels.gla_chunked.recurrent_gla_step against the state, whatever
 attn_impl says, through `step`: forward's parts written for a batch-1 step, whose cost is its op
 count (docs/speed.md, "One-token steps"); the tests hold it to the full forward.
 
@@ -58,9 +58,9 @@ from attention.base import Attention, mean_keys_in_blocks
 from attention.cache import ConvStateCache, StateCache
 from attention.record import record_linear
 from attention.short_conv import causal_conv, conv_weight
-from kernels.gla_chunked import chunk_gla, fp32, in_dtype, in_fp32, recurrent_gla_step, softmax_pair_inputs
-from kernels.norms import rms_norm_gated
-from kernels.reference import naive_recurrent_gla
+from attn_kernels.gla_chunked import chunk_gla, fp32, in_dtype, in_fp32, recurrent_gla_step, softmax_pair_inputs
+from attn_kernels.norms import rms_norm_gated
+from attn_kernels.reference import naive_recurrent_gla
 
 GATE_LOW_RANK = 16     # rank of the decay projection W2 W1 (the paper's 16)
 GATE_NORMALIZER = 16   # g = logsigmoid(.) / 16: decays start near 1 (exp(-log2/16) ~ 0.958)
@@ -200,7 +200,7 @@ class LinearFamilyAttention(Attention):
         """The recurrence over this call's tokens, from the cache's state (if any), updating it (and the
         convolution's window of past inputs, if any)."""
         state, scale = (cache.state if cache is not None and cache.pos > 0 else None), self.head_dim ** -0.5
-        if self.pair:  # the softmax pair becomes GLA's inputs (kernels/gla_chunked.py)
+        if self.pair:  # the softmax pair becomes GLA's inputs (attn_kernels/gla_chunked.py)
             q, k, g, state, tail = softmax_pair_inputs(q, k, g, state)
             scale = 1.0
         record_linear(q, k, g, pos, scale=scale)  # no-op unless analyze.py records (attention/record.py)
@@ -260,7 +260,7 @@ class LinearFamilyAttention(Attention):
         # the norm in the residual stream's dtype (fp32 under bf16 autocast: RMSNorm's fused kernel
         # wants its input and weight alike)
         o = in_dtype(o, x.dtype)
-        if r is not None and isinstance(self.o_norm, nn.RMSNorm):      # both at once (kernels/norms.py)
+        if r is not None and isinstance(self.o_norm, nn.RMSNorm):      # both at once (attn_kernels/norms.py)
             o = rms_norm_gated(o, self.o_norm.weight, r, self.o_norm.eps)
         else:
             o = self.o_norm(o)
@@ -269,7 +269,7 @@ class LinearFamilyAttention(Attention):
 
     def kernel_cases(self) -> dict:
         """"forward": the full-sequence form; "decode": one token against the state (PyTorch)."""
-        return {"forward": ("kernels.gla", dict(chunk_size=self.chunk, head_dim_k=self.head_dim,
+        return {"forward": ("attn_kernels.gla", dict(chunk_size=self.chunk, head_dim_k=self.head_dim,
                                                 head_dim_v=self.value_dim)),
                 "decode": (None, {"why": "a one-token step of the recurrence runs in PyTorch (no kernel needed)"})}
 
@@ -289,7 +289,7 @@ class LinearFamilyAttention(Attention):
         if impl == "naive":
             return naive_recurrent_gla
         if impl == "triton":
-            from kernels.gla import chunk_gla as triton_chunk_gla
+            from attn_kernels.gla import chunk_gla as triton_chunk_gla
             return functools.partial(in_fp32(triton_chunk_gla), chunk_size=self.chunk)
         return functools.partial(chunk_gla, chunk_size=self.chunk)
 

@@ -158,10 +158,10 @@ class MultiHeadLatentAttention(Attention):
         flash kernel's head dims, so PyTorch runs it), or "decode", the expanded form against a KVCache."""
         d_h, d_v, d_c, d_r = self.qk_nope_head_dim, self.v_head_dim, self.kv_lora_rank, self.rope_head_dim
         p = self.dropout
-        expanded = ("kernels.flash_attn", dict(head_dim_qk=d_h + d_r, head_dim_v=d_v, dropout=p))
+        expanded = ("attn_kernels.flash_attn", dict(head_dim_qk=d_h + d_r, head_dim_v=d_v, dropout=p))
         if self.mla_decode == "absorbed":
             return {"forward": expanded,
-                    "absorbed": ("kernels.flash_attn", dict(head_dim_qk=d_c + d_r, head_dim_v=d_c, dropout=p))}
+                    "absorbed": ("attn_kernels.flash_attn", dict(head_dim_qk=d_c + d_r, head_dim_v=d_c, dropout=p))}
         return {"forward": expanded, "decode": expanded}   # decode: the expanded form against a KVCache
 
     def forward(self, x, pos, cache=None):

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from attention.base import QKVAttention, attend, mean_keys_in_blocks
 from attention.positional import alibi_bias
-from kernels.gla_chunked import first_tokens
+from attn_kernels.gla_chunked import first_tokens
 
 
 def block_gates(q, k, k_pos, q_pos, blk):

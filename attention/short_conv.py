@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.gla_chunked import in_dtype
+from attn_kernels.gla_chunked import in_dtype
 
 
 def causal_conv(x, weight, past):

@@ -19,7 +19,7 @@ W tokens, and a sequence of any length decodes exactly as a full forward over al
 receptive field still grows by W-1 tokens per layer, through the earlier layers' outputs).
 
 Paths (attention/dispatch.py decides; all compute the same function):
-- triton (auto on CUDA): kernels/flash_attn.py with window=W visits only the key tiles that
+- triton (auto on CUDA): attn_kernels/flash_attn.py with window=W visits only the key tiles that
   reach into the window and masks the window's edge token by token.
 - sdpa: chunks of W queries against their own and the previous chunk (2W keys), batched, so
   work and memory are O(T * W); a sequence of at most 2W tokens takes the dense masked form.
@@ -32,7 +32,7 @@ import torch
 
 from attention.base import QKVAttention, attend
 from attention.cache import RingCache
-from kernels.gla_chunked import first_tokens
+from attn_kernels.gla_chunked import first_tokens
 
 
 class SlidingWindowAttention(QKVAttention):

@@ -1,9 +1,12 @@
-"""Fixtures: a prepared Tiny Shakespeare (character level).
+"""Fixtures: the downloads the tests need and a prepared Tiny Shakespeare (character level).
 
-The corpus comes from $TINYSHAKESPEARE_INPUT (CI points it at a local copy); without it
-the prepare script downloads the text.
+Tiny Shakespeare comes from $TINYSHAKESPEARE_INPUT and tiktoken's GPT-2 vocabulary from
+$TIKTOKEN_CACHE_DIR when they are set (CI points them at local copies); without them both are
+downloaded, and offline every test that needs one skips with a line naming its variable.
+The suite also fails if it changed the checkout (tests/checkout_guard.py).
 """
 import os
+import runpy
 import subprocess
 import sys
 
@@ -21,20 +24,43 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # uninterrupted twin) reduce in the same order, here and in the subprocesses tests start.
 os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
 
+from checkout_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: E402, F401  (hooks)
 from helpers import ROOT  # noqa: E402
+
+SHAKESPEARE_CHAR = os.path.join(ROOT, "data/shakespeare_char/prepare.py")
 
 
 @pytest.fixture(scope="session")
-def data_root(tmp_path_factory):
+def shakespeare_input(tmp_path_factory):
+    """The path of Tiny Shakespeare's input.txt: $TINYSHAKESPEARE_INPUT, else downloaded once into
+    the session's tmp folder (never the checkout's data/); offline without the variable, a skip."""
+    if os.environ.get("TINYSHAKESPEARE_INPUT"):
+        return os.environ["TINYSHAKESPEARE_INPUT"]
+    from data import errors, text_source
+    try:
+        return text_source.download(runpy.run_path(SHAKESPEARE_CHAR)["URL"],
+                                    str(tmp_path_factory.mktemp("download") / "input.txt"))
+    except errors.InputError:
+        pytest.skip("offline: needs Tiny Shakespeare; export TINYSHAKESPEARE_INPUT=/path/to/input.txt")
+
+
+@pytest.fixture(scope="session")
+def gpt2_vocab():
+    """tiktoken's GPT-2 encoding (the project's tokenizer object); offline without a cache, a skip."""
+    from tokenizer import TokenizerError, load_tokenizer
+    try:
+        return load_tokenizer({"tokenizer": "tiktoken:gpt2"})
+    except TokenizerError:
+        pytest.skip("offline: needs tiktoken's gpt2 encoding; export TIKTOKEN_CACHE_DIR=/path/to/tiktoken_cache")
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory, shakespeare_input):
     """A data_dir holding shakespeare_char/{train,val}.bin and meta.json."""
     root = tmp_path_factory.mktemp("data")
-    cmd = [sys.executable, os.path.join(ROOT, "data/shakespeare_char/prepare.py"),
-           "--out_dir", str(root / "shakespeare_char")]
-    if os.environ.get("TINYSHAKESPEARE_INPUT"):
-        cmd += ["--input", os.environ["TINYSHAKESPEARE_INPUT"]]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, SHAKESPEARE_CHAR, "--input", shakespeare_input,
+                        "--out_dir", str(root / "shakespeare_char")], capture_output=True, text=True)
     if r.returncode != 0:  # the script's own line, not a CalledProcessError, once per test that needs it
-        pytest.fail(f"{r.stderr.strip()} (offline: export TINYSHAKESPEARE_INPUT=/path/to/input.txt)",
-                    pytrace=False)
+        pytest.fail(r.stderr.strip(), pytrace=False)
     return root
 

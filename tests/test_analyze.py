@@ -13,8 +13,8 @@ import torch
 
 from attention.positional import RoPE, sinusoidal_encoding
 from attention.record import record_attention
+from attn_kernels.reference import naive_recurrent_gla
 from helpers import ROOT, perturbed_model, reference_qkv_attention, tiny_model_kwargs
-from kernels.reference import naive_recurrent_gla
 from model import GPT, GPTConfig
 from test_contract import VARIANT_KWARGS, a_position
 from tools import analyze

@@ -35,12 +35,8 @@ SEED = 2357  # the scripts' default --seed
 
 
 @pytest.fixture(scope="module")
-def text(tmp_path_factory):
-    path = os.environ.get("TINYSHAKESPEARE_INPUT")
-    if not path:
-        path = text_source.download(runpy.run_path(SHAKESPEARE)["URL"],
-                                    str(tmp_path_factory.mktemp("dl") / "input.txt"))
-    with open(path, encoding="utf-8", newline="") as f:
+def text(shakespeare_input):
+    with open(shakespeare_input, encoding="utf-8", newline="") as f:
         return f.read()
 
 
@@ -52,7 +48,7 @@ def text_file(text, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def enc():
+def enc(gpt2_vocab):
     return tiktoken.get_encoding("gpt2")
 
 
@@ -425,7 +421,9 @@ def test_tiktoken_encoding_not_in_the_cache(monkeypatch, capsys, inputs):
     ([OWT, "--dataset=nobody/no-such-dataset"], {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
      ["cannot load 'nobody/no-such-dataset'", "--input PATH"]),
 ])
-def test_offline_without_input_says_how_to_pass_a_local_copy(tmp_path, args, env, words):
+def test_offline_without_input_says_how_to_pass_a_local_copy(tmp_path, args, env, words, request):
+    if args[0] == OWT:  # it loads the GPT-2 vocabulary before it looks for data
+        request.getfixturevalue("gpt2_vocab")
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, *args, "--out_dir", str(out)], capture_output=True, text=True,
                        env={**os.environ, "HF_HOME": str(tmp_path / "hf"), **env})
@@ -462,7 +460,7 @@ def test_train_and_sample_on_gpt2_tokens(gpt2_root, tmp_path, capsys, one_torch_
     assert sampled.startswith("ROMEO:") and len(sampled.split("---------------")[0]) > len("ROMEO:") + 30
 
 
-def test_load_tokenizer_follows_meta():
+def test_load_tokenizer_follows_meta(gpt2_vocab):
     from tokenizer import TokenizerError, load_tokenizer
     tok = load_tokenizer({"tokenizer": "tiktoken:gpt2", "vocab_size": 50257})
     s = "ROMEO: caf\u00e9\n<|endoftext|>"
@@ -475,12 +473,15 @@ def test_load_tokenizer_follows_meta():
 
 
 def test_configs_take_the_vocabulary_from_meta(gpt2_root, tmp_path):
+    """The repo's configs as written, with out_dir moved to tmp_path: a user's own out-gqa/ (the
+    quickstart's run) must neither be read nor stop the test."""
     import train
+    out = f"--out_dir={tmp_path / 'run'}"
     tc, model, meta, _, _ = train.load_settings([os.path.join(ROOT, "config/gqa.py"), "--dataset=shakespeare",
-                                              f"--data_dir={gpt2_root}"])
+                                              f"--data_dir={gpt2_root}", out])
     assert model.vocab_size == 50257 and model.attention == "gqa" and meta["tokenizer"] == "tiktoken:gpt2"
     tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/shakespeare_gpt2.py"),
-                                              f"--data_dir={gpt2_root}"])
+                                              f"--data_dir={gpt2_root}", out])
     assert tc.dataset == "shakespeare" and model.vocab_size == 50257
     for name in ("openwebtext", "fineweb"):  # stand-in data: meta.json and a little more than one window
         (tmp_path / name).mkdir()
@@ -488,11 +489,13 @@ def test_configs_take_the_vocabulary_from_meta(gpt2_root, tmp_path):
             (tmp_path / name / f).write_bytes(bytes(2 * 1100))
         (tmp_path / name / "meta.json").write_text(json.dumps({"vocab_size": 50257, "dtype": "uint16",
                                                                "tokenizer": "tiktoken:gpt2"}))
-    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/owt_gpt2_124m.py"), f"--data_dir={tmp_path}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/owt_gpt2_124m.py"),
+                                              f"--data_dir={tmp_path}", out])
     assert (model.n_layer, model.n_head, model.n_embd, model.block_size) == (12, 12, 768, 1024)
     assert (tc.batch_size, tc.gradient_accumulation_steps, tc.learning_rate, tc.max_iters, tc.weight_decay) == \
         (12, 40, 6e-4, 600000, 0.1)
-    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/fineweb_gpt2.py"), f"--data_dir={tmp_path}"])
+    tc, model, _, _, _ = train.load_settings([os.path.join(ROOT, "config/fineweb_gpt2.py"),
+                                              f"--data_dir={tmp_path}", out])
     assert tc.dataset == "fineweb" and model.n_embd == 768
 
 

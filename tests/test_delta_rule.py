@@ -1,12 +1,12 @@
-"""The delta rule's math (kernels/delta_chunked.py, kernels/reference.py) against a float64 loop
+"""The delta rule's math (attn_kernels/delta_chunked.py, attn_kernels/reference.py) against a float64 loop
 written here from the papers' recurrence: the chunked form, the naive loop and one-token decoding,
 in outputs, final states and gradients, with and without Gated DeltaNet's decay."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
-from kernels.reference import naive_recurrent_delta_rule
+from attn_kernels.delta_chunked import chunk_delta_rule, recurrent_delta_step
+from attn_kernels.reference import naive_recurrent_delta_rule
 
 
 def loop64(q, k, v, beta, g, S):
@@ -237,7 +237,7 @@ def test_analyze_reads_the_rule_as_weights_on_the_corrected_values():
 @pytest.mark.parametrize("n", [1, 7, 16, 24, 64, 128])
 def test_unit_lower_inverse_equals_the_dense_inverse(n):
     """The UT transform's inverse by halves against torch.linalg.inv in float64, with its gradient."""
-    from kernels.delta_chunked import unit_lower_inverse
+    from attn_kernels.delta_chunked import unit_lower_inverse
     A = (torch.randn(2, 3, n, n, dtype=torch.float64) * 0.3).tril(-1).requires_grad_()
     got = unit_lower_inverse(A)
     want = torch.linalg.inv(A + torch.eye(n, dtype=torch.float64))
@@ -253,7 +253,7 @@ def test_unit_lower_inverse_function_reads_the_strict_lower_part_and_its_gradien
     """UnitLowerInverse (the backward written out) against torch.linalg.inv of I + tril(A, -1) in float64,
     with A's diagonal and upper part filled with noise it must ignore: outputs, and a gradient equal to
     the dense inverse's on the strictly lower part and zero elsewhere."""
-    from kernels.delta_chunked import UnitLowerInverse
+    from attn_kernels.delta_chunked import UnitLowerInverse
     A = (torch.randn(2, 3, n, n, dtype=torch.float64) * 0.3).requires_grad_()
     strict = A.tril(-1)
     want = torch.linalg.inv(strict + torch.eye(n, dtype=torch.float64))

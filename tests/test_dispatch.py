@@ -1,7 +1,7 @@
 """The implementation report (GPT.attn_impl_report, attention/dispatch.py) says what actually ran.
 
-Each test spies on the kernel entry points (kernels.flash_attn.flash_attention,
-kernels.gla.chunk_gla) and on PyTorch's SDPA, runs a forward, and checks the report against the
+Each test spies on the kernel entry points (attn_kernels.flash_attn.flash_attention,
+attn_kernels.gla.chunk_gla) and on PyTorch's SDPA, runs a forward, and checks the report against the
 calls, not against the chooser's own bookkeeping. Triton cases run the kernel under the
 interpreter on CPU (conftest sets TRITON_INTERPRET=1) and natively on CUDA.
 """
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from attention import VARIANTS, dispatch
+from attn_kernels.env import available
 from helpers import POS_ENCODINGS, accepts, set_attn_impl, tiny_model_kwargs
-from kernels.env import available
 from model import GPT, GPTConfig
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -21,8 +21,8 @@ needs_kernels = pytest.mark.skipif(not available(DEVICE), reason="Triton cannot 
 @pytest.fixture
 def calls(monkeypatch):
     """Counts of the calls that reached each implementation; stderr notes start afresh."""
-    import kernels.flash_attn
-    import kernels.gla
+    import attn_kernels.flash_attn
+    import attn_kernels.gla
     seen = {"flash": 0, "gla_kernel": 0, "sdpa": 0}
 
     def spy(name, real):
@@ -30,8 +30,9 @@ def calls(monkeypatch):
             seen[name] += 1
             return real(*args, **kwargs)
         return wrapper
-    monkeypatch.setattr(kernels.flash_attn, "flash_attention", spy("flash", kernels.flash_attn.flash_attention))
-    monkeypatch.setattr(kernels.gla, "chunk_gla", spy("gla_kernel", kernels.gla.chunk_gla))
+    flash = attn_kernels.flash_attn
+    monkeypatch.setattr(flash, "flash_attention", spy("flash", flash.flash_attention))
+    monkeypatch.setattr(attn_kernels.gla, "chunk_gla", spy("gla_kernel", attn_kernels.gla.chunk_gla))
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy("sdpa", F.scaled_dot_product_attention))
     monkeypatch.setattr(dispatch, "_said", set())
     return seen

@@ -222,7 +222,7 @@ def test_output_gate_none_builds_todays_model():
 
 
 def test_gla_without_gate_and_norm_is_plain_gla_math():
-    from kernels.reference import naive_recurrent_gla
+    from attn_kernels.reference import naive_recurrent_gla
     torch.manual_seed(0)
     model = GPT(GPTConfig(**tiny_model_kwargs(attention="gla", pos_encoding="none", gla_output_gate="none",
                                               gla_norm="none", gla_chunk=8)))
@@ -249,10 +249,8 @@ def test_control_keys_refuse_bad_values(kw, words):
 
 
 # ---- the test split ----
-def test_prepare_test_fraction_holds_out_the_tail_and_eval_reads_it(tmp_path, capsys):
-    text = os.environ.get("TINYSHAKESPEARE_INPUT")
-    if not text:
-        pytest.skip("needs TINYSHAKESPEARE_INPUT (a local input.txt)")
+def test_prepare_test_fraction_holds_out_the_tail_and_eval_reads_it(tmp_path, capsys, shakespeare_input):
+    text = shakespeare_input
     out = tmp_path / "d"
     script = os.path.join(ROOT, "data/shakespeare_char/prepare.py")
     r = subprocess.run([sys.executable, script, "--input", text, "--out_dir", str(out), "--test_fraction=0.05"],
@@ -281,10 +279,8 @@ SWEEP_TINY = ["--device=cpu", "--n_layer=1", "--n_head=2", "--n_embd=16", "--blo
 
 
 @pytest.fixture(scope="module")
-def test_split_root(tmp_path_factory):
-    text = os.environ.get("TINYSHAKESPEARE_INPUT")
-    if not text:
-        pytest.skip("needs TINYSHAKESPEARE_INPUT (a local input.txt)")
+def test_split_root(tmp_path_factory, shakespeare_input):
+    text = shakespeare_input
     root = tmp_path_factory.mktemp("data_test_split")
     subprocess.run([sys.executable, os.path.join(ROOT, "data/shakespeare_char/prepare.py"), "--input", text,
                     "--out_dir", str(root / "shakespeare_char"), "--test_fraction=0.02"], check=True,

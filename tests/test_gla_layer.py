@@ -1,4 +1,4 @@
-"""Gated linear attention: the layer (attention/gla.py) and its PyTorch forms (kernels/gla_chunked.py).
+"""Gated linear attention: the layer (attention/gla.py) and its PyTorch forms (attn_kernels/gla_chunked.py).
 
 - chunk_gla, recurrent_gla_step (stepped over time) and naive_recurrent_gla each equal an
   independent reference written here (a float64 loop over heads and time): outputs, final
@@ -18,6 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from attention.linear_family import GATE_NORMALIZER
+from attn_kernels import gla_chunked
+from attn_kernels.gla_chunked import chunk_gla, recurrent_gla_step
+from attn_kernels.reference import naive_recurrent_gla
 from helpers import (
     assert_sampling_same_with_and_without_cache,
     decode_in_chunks,
@@ -26,9 +29,6 @@ from helpers import (
     tiny_model_kwargs,
     train_args,
 )
-from kernels import gla_chunked
-from kernels.gla_chunked import chunk_gla, recurrent_gla_step
-from kernels.reference import naive_recurrent_gla
 from model import GPT, GPTConfig
 
 # ---------------------------------------------------------------- the three forms

@@ -112,8 +112,8 @@ def test_one_token_steps_go_through_recur():
 def test_the_softmax_pair_is_finite_and_exact_for_keys_of_magnitude_50(decay):
     """The pair against float64 math without any rescaling (exp(50) fits float64), with its
     gradients finite: the running max keeps every exponent <= 0 in fp32."""
-    from kernels.gla_chunked import chunk_gla, softmax_pair_gla
-    from kernels.reference import naive_recurrent_gla
+    from attn_kernels.gla_chunked import chunk_gla, softmax_pair_gla
+    from attn_kernels.reference import naive_recurrent_gla
     g = torch.Generator().manual_seed(0)
     q, v = torch.randn(1, 2, 40, 8, generator=g), torch.randn(1, 1, 40, 8, generator=g)
     k = (50 * torch.randn(1, 1, 40, 8, generator=g)).requires_grad_()

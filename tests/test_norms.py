@@ -1,11 +1,11 @@
-"""kernels/norms.py's two ops against float64 PyTorch modules: F.normalize, and nn.RMSNorm times
+"""attn_kernels/norms.py's two ops against float64 PyTorch modules: F.normalize, and nn.RMSNorm times
 silu of the gate, in outputs and in the gradients of every input (with and without autograd)."""
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.norms import l2_normalize, rms_norm_gated
+from attn_kernels.norms import l2_normalize, rms_norm_gated
 
 
 def grads(out, inputs, w):

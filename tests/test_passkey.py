@@ -14,7 +14,7 @@ import train
 from attention.positional import RoPE
 from helpers import run_cli, train_args
 from model import GPT
-from tokenizer import CharTokenizer, TokenizerError, load_tokenizer
+from tokenizer import CharTokenizer, load_tokenizer
 from tools import eval as length_eval
 from tools import passkey
 
@@ -75,13 +75,6 @@ def chars(data_root):
     return load_tokenizer(meta), val
 
 
-def gpt2_or_skip():
-    try:
-        return load_tokenizer({"tokenizer": "tiktoken:gpt2"})
-    except TokenizerError as e:
-        pytest.skip(str(e))
-
-
 def check_prompts(tok, tokens, fmt, length, n_trials):
     trials = passkey.make_trials(tokens, tok, fmt, length, n_trials, 5, seed=3)
     for k, t in enumerate(trials):
@@ -112,8 +105,8 @@ def test_char_prompt_spells_the_key_in_words_and_puts_it_where_it_says(chars):
     assert not all(np.array_equal(a.ids, b.ids) for a, b in zip(trials, other))
 
 
-def test_bpe_prompt_puts_the_digits_where_it_says(chars):
-    tok = gpt2_or_skip()
+def test_bpe_prompt_puts_the_digits_where_it_says(chars, gpt2_vocab):
+    tok = gpt2_vocab
     chars_tok, val = chars
     text = chars_tok.decode(val[:20000].tolist())
     tokens = np.array(tok.encode(text), dtype=np.int64)

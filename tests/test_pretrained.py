@@ -225,7 +225,7 @@ def test_bad_inputs_are_one_line_value_errors(tmp_path, name, overrides, words):
         assert "\n" not in str(err.value)
 
 
-def test_sample_py_greedy_equals_reference_and_bad_input_exits_2(tmp_path, capsys):
+def test_sample_py_greedy_equals_reference_and_bad_input_exits_2(tmp_path, capsys, gpt2_vocab):
     """GPT-2's vocabulary so that tiktoken's gpt2 encoding applies ($TIKTOKEN_CACHE_DIR offline)."""
     import tiktoken
 

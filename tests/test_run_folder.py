@@ -258,12 +258,10 @@ def test_prepare_workers_die_with_a_killed_parent(tmp_path):
     assert not alive, f"workers {alive} outlived their parent"
 
 
-def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(small_disk):
-    if not os.environ.get("TINYSHAKESPEARE_INPUT"):
-        pytest.skip("needs a local copy of the corpus ($TINYSHAKESPEARE_INPUT)")
+def test_prepare_on_a_full_disk_is_one_line_and_leaves_nothing(small_disk, shakespeare_input):
     out = small_disk / "sc"
     r = subprocess.run([sys.executable, "data/shakespeare_char/prepare.py",
-                        f"--input={os.environ['TINYSHAKESPEARE_INPUT']}", f"--out_dir={out}"], cwd=ROOT,
+                        f"--input={shakespeare_input}", f"--out_dir={out}"], cwd=ROOT,
                        capture_output=True, text=True, timeout=cli_timeout())
     err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(err) == 1 and "cannot write to" in err[0]

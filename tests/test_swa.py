@@ -1,6 +1,6 @@
 """attention=swa against references written here: the band-masked softmax computed by hand, decoding
 past the window against full forwards, and the ring cache's size. The Triton path is checked in
-tests/kernels (the kernel's window against kernels/reference.py, and a swa model trained with
+tests/attn_kernels (the kernel's window against attn_kernels/reference.py, and a swa model trained with
 attn_impl=triton against sdpa)."""
 import math
 

@@ -166,7 +166,7 @@ def test_decode_benchmark_matches_parameters_with_learned_positions(tmp_path):
 def test_gla_paths_benchmark_names_the_path_chunk_gla_takes(tmp_path, monkeypatch):
     """The gla suite's paths section (--quick): the path it reports for each decay rate is the one
     chunk_gla takes (spied on), and only the paths exact at that rate are timed; no speeds asserted."""
-    from kernels import gla_chunked
+    from attn_kernels import gla_chunked
     from tools.benchmarks import gla as gla_suite
     taken = []
     real_sub, real_scores = gla_chunked._factored_through_sub_chunks, gla_chunked._intra_chunk_scores

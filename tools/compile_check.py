@@ -97,7 +97,7 @@ def compile_launch(seen, self, *args, grid, warmup, **kwargs):
 
 def go_gla(dtype, B, H, Hkv, T, dk, dv, use_g, chunk=64, h0=True, dht=True):
     """Every GLA kernel (forward and backward) at one shape; outputs are not computed."""
-    import kernels.gla as gla
+    import attn_kernels.gla as gla
     q = torch.randn(B, H, T, dk, dtype=dtype)
     k = torch.randn(B, Hkv, T, dk, dtype=dtype)
     v = torch.randn(B, Hkv, T, dv, dtype=dtype)
@@ -122,7 +122,7 @@ def gla_cases(quick=False):
 
 def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False, bs=64, window=None):
     """Both flash kernels at one shape; without a window, one longer than any distance (as flash_attention)."""
-    import kernels.flash_attn as fa
+    import attn_kernels.flash_attn as fa
     window = window or Tq + Tk + 1
     q = torch.randn(B, H, Tq, d, dtype=dtype)
     k = torch.randn(B, Hkv, Tk, d, dtype=dtype)
@@ -179,8 +179,8 @@ def main(argv=None):
     os.environ.pop("TRITON_INTERPRET", None)   # before Triton and the kernels are imported: compiled, not interpreted
     from triton.runtime.jit import JITFunction
 
-    import kernels.flash_attn as fa
-    import kernels.gla as gla
+    import attn_kernels.flash_attn as fa
+    import attn_kernels.gla as gla
     if fa.interpreted() or not gla.DIAG_LOOP:
         fail("the kernels were imported under TRITON_INTERPRET=1 before this ran; run python -m tools.compile_check "
              "in its own process")

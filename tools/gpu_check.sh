@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-command check of the Triton kernels (FlashAttention, chunked GLA) on a CUDA machine:
-#   1. python -m pytest tests/kernels  (the CUDA bf16/fp16 tests run there, fp32 ones natively)
+#   1. python -m pytest tests/attn_kernels  (the CUDA bf16/fp16 tests run there, fp32 ones natively)
 #   2. python -m tools.bench --suite=kernel_flash   (fwd/bwd TFLOP/s vs SDPA flash backend, markdown + JSON; <= 270 s)
 #   3. python -m tools.bench --suite=kernel_gla     (GLA kernel vs PyTorch chunked form, ms; under ~2 minutes)
 # Usage: tools/gpu_check.sh [OUT_DIR]    (default: $OUT when set, else ./out_gpu_check)
@@ -15,8 +15,8 @@ unset TRITON_INTERPRET  # compiled kernels, not the interpreter
   python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.cuda.is_available())"
 } 2>&1 | tee "$OUT_DIR/env.txt"
 
-echo "== pytest tests/kernels"
-python -m pytest tests/kernels -q -rs 2>&1 | tee "$OUT_DIR/pytest_kernels.txt"
+echo "== pytest tests/attn_kernels"
+python -m pytest tests/attn_kernels -q -rs 2>&1 | tee "$OUT_DIR/pytest_kernels.txt"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== bench.py --suite=kernel_flash"

@@ -18,7 +18,7 @@ Prints markdown tables (medians) on stdout:
 4. Paths: chunk_gla's forward + backward alone at the recall study's width-128 shape (batch 64,
    4 heads of 32, T 64, chunks of 64) for decays drawn up to --rates nats a step: the path each
    rate takes and the time of every path that is exact at it (one matmul, sub-chunks factored,
-   pairwise diagonal blocks; kernels/gla_chunked.py), interleaved rounds. Trained gates decay
+   pairwise diagonal blocks; attn_kernels/gla_chunked.py), interleaved rounds. Trained gates decay
    far more than initial ones, so a benchmark at initialisation sees only the first path.
 5. With --runs: one row per train.py out_dir from its summary.json (final val loss, ms/iter).
 --quick: tiny sizes, a smoke test of the script itself.
@@ -30,7 +30,7 @@ from unittest import mock
 
 import torch
 
-from kernels import gla_chunked
+from attn_kernels import gla_chunked
 from model import GPT, GPTConfig
 from tools.benchmarks.harness import (
     at_least,

@@ -20,7 +20,7 @@ if not torch.cuda.is_available():  # CPU smoke test: the kernels only run under 
 
 import torch.nn.functional as F
 
-from kernels.flash_attn import flash_attention, tuned_configs
+from attn_kernels.flash_attn import flash_attention, tuned_configs
 from tools.benchmarks.harness import (
     Budget,
     add_kernel_shape_args,

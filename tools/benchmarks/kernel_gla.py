@@ -1,9 +1,9 @@
-"""Benchmark the Triton chunked GLA kernel against the PyTorch chunked form (kernels/gla_chunked.py).
+"""Benchmark the Triton chunked GLA kernel against the PyTorch chunked form (attn_kernels/gla_chunked.py).
 
     python -m tools.bench --suite=kernel_gla --out bench_gla.md [--json bench_gla.json] [--quick]
 
 Times, as medians (triton.testing.do_bench), the training forward (inputs require grad) and
-forward + backward of kernels.gla.chunk_gla and kernels.gla_chunked.chunk_gla at B=4, H=16, bf16
+forward + backward of attn_kernels.gla.chunk_gla and attn_kernels.gla_chunked.chunk_gla at B=4, H=16, bf16
 q/k/v, fp32 g = logsigmoid(.)/16 (the layer's decay), chunk 64, D in {64, 128},
 T in {1024, ..., 16384}; also reports the max difference of the two outputs relative to their
 scale (a sanity check of the kernel on the GPU). A markdown table goes to --out and stdout,
@@ -80,9 +80,9 @@ def main(argv=None):
         print("error: kernel_gla needs a CUDA device; use --quick for a CPU smoke test", file=sys.stderr)
         sys.exit(2)
     if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"  # before kernels.gla is imported
-    from kernels.gla import chunk_gla as triton_chunk_gla
-    from kernels.gla_chunked import chunk_gla as torch_chunk_gla
+        os.environ["TRITON_INTERPRET"] = "1"  # before attn_kernels.gla is imported
+    from attn_kernels.gla import chunk_gla as triton_chunk_gla
+    from attn_kernels.gla_chunked import chunk_gla as torch_chunk_gla
 
     if args.quick:
         B, H, seqlens, dims, dtype = 1, 2, [40, 80], [16], torch.float32

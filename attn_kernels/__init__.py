@@ -7,7 +7,7 @@
     reference.py       the references the kernels are tested against: softmax attention with an
                        explicit score matrix, GLA's recurrence as a loop over time
 
-Nothing is imported eagerly: `import kernels.flash_attn` or `import kernels.gla` pulls in Triton,
+Nothing is imported eagerly: `import attn_kernels.flash_attn` or `import attn_kernels.gla` pulls in Triton,
 and whether its kernels run under the interpreter is decided by TRITON_INTERPRET at that import.
-kernels.env, kernels.reference and kernels.gla_chunked need only PyTorch.
+attn_kernels.env, attn_kernels.reference and attn_kernels.gla_chunked need only PyTorch.
 """

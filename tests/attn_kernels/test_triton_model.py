@@ -103,8 +103,8 @@ def tiny_config(attention, attn_impl):
 @pytest.fixture
 def seen(monkeypatch):
     """Calls that reached a Triton kernel, and what each lookup of dispatch's choice answered."""
-    import kernels.flash_attn
-    import kernels.gla
+    import attn_kernels.flash_attn
+    import attn_kernels.gla
     from attention.base import Attention
     log = {"kernel": 0, "answers": []}
 
@@ -113,8 +113,8 @@ def seen(monkeypatch):
             log["kernel"] += 1
             return real(*args, **kwargs)
         return wrapper
-    monkeypatch.setattr(kernels.flash_attn, "flash_attention", counting(kernels.flash_attn.flash_attention))
-    monkeypatch.setattr(kernels.gla, "chunk_gla", counting(kernels.gla.chunk_gla))
+    monkeypatch.setattr(attn_kernels.flash_attn, "flash_attention", counting(attn_kernels.flash_attn.flash_attention))
+    monkeypatch.setattr(attn_kernels.gla, "chunk_gla", counting(attn_kernels.gla.chunk_gla))
     real_impl = Attention.impl
 
     def impl(self, device, path="forward"):

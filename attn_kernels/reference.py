@@ -2,24 +2,24 @@
 
 Written independently of the kernels, as the math reads:
     attention_reference   explicit score matrix, additive bias, boolean mask, softmax: O(T^2)
-                          memory (kernels.flash_attn)
+                          memory (attn_kernels.flash_attn)
     naive_recurrent_gla   gated linear attention's recurrence, one token at a time: a Python loop
-                          over T (kernels.gla, kernels.gla_chunked; attn_impl=naive); also
+                          over T (attn_kernels.gla, attn_kernels.gla_chunked; attn_impl=naive); also
                           named gla_reference
     naive_recurrent_delta_rule  the delta rule's (and Gated DeltaNet's) recurrence, one token at a
-                          time (kernels.delta_chunked; attn_impl=naive)
+                          time (attn_kernels.delta_chunked; attn_impl=naive)
 Slow, meant for tests and small checks only. No Triton needed to import this module.
 """
 import math
 
 import torch
 
-from kernels.gla_chunked import in_fp32
+from attn_kernels.gla_chunked import in_fp32
 
 
 def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
                         return_lse=False, *, block_size=64, window=None):
-    """Reference for kernels.flash_attn.flash_attention, same conventions.
+    """Reference for attn_kernels.flash_attn.flash_attention, same conventions.
 
     q (B, H, Tq, Dqk), k (B, Hkv, Tk, Dqk), v (B, Hkv, Tk, Dv), H a multiple of Hkv.
     - causal: bottom-right aligned, query i sees key j iff j <= i + Tk - Tq.
@@ -67,7 +67,7 @@ def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=N
 
 @in_fp32
 def naive_recurrent_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
-    """The reference for kernels.gla.chunk_gla and kernels.gla_chunked.chunk_gla: the recurrence as
+    """The reference for attn_kernels.gla.chunk_gla and attn_kernels.gla_chunked.chunk_gla: the recurrence as
     written, one token at a time, in fp32 (autocast off, so mixed precision cannot push the state into bf16),
 
         S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t          o_t = scale * q_t S_t
@@ -98,7 +98,7 @@ gla_reference = naive_recurrent_gla  # the name the kernel tests use
 
 @in_fp32
 def naive_recurrent_delta_rule(q, k, v, beta, g=None, scale=None, initial_state=None, output_final_state=False):
-    """The reference for kernels.delta_chunked: the recurrence as written, one token at a time, in fp32,
+    """The reference for attn_kernels.delta_chunked: the recurrence as written, one token at a time, in fp32,
 
         S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T        o_t = scale * q_t S_t
 

@@ -29,7 +29,7 @@ Conventions
   * head dims up to 256, any value (padded to a power of two with masks); any sequence length.
 
 Runs natively on CUDA tensors; on CPU tensors only under the Triton interpreter, which needs
-TRITON_INTERPRET=1 in the environment before this module is imported (kernels/env.py answers where
+TRITON_INTERPRET=1 in the environment before this module is imported (attn_kernels/env.py answers where
 the kernels can run). `supports(...)` says which cases the kernel takes.
 """
 import math
@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from kernels.env import interpreted
+from attn_kernels.env import interpreted
 
 interpreted()  # asked now, before the kernels below are decorated: the answer is theirs
 
@@ -646,7 +646,7 @@ def flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None,
         raise ValueError(f"batch * heads = {B * H} exceeds 65535")
     if q.device.type == "cpu" and not interpreted():
         raise RuntimeError("flash_attention on CPU tensors needs the Triton interpreter: set TRITON_INTERPRET=1 "
-                           "before importing kernels.flash_attn, or use attn_impl=sdpa")
+                           "before importing attn_kernels.flash_attn, or use attn_impl=sdpa")
     sm_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(Dqk)
     alibi = None
     if alibi_slopes is not None:

@@ -1,7 +1,7 @@
 """Kernel tests run on CUDA when present, otherwise under the Triton interpreter on CPU.
 
 Triton decides interpreted vs compiled when a kernel is decorated, so TRITON_INTERPRET must be in
-the environment before kernels.flash_attn is imported: set it here, before any test module loads.
+the environment before attn_kernels.flash_attn is imported: set it here, before any test module loads.
 """
 import os
 

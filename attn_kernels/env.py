@@ -1,4 +1,4 @@
-"""Where the Triton kernels can run in this process: one answer for kernels/flash_attn.py and kernels/gla.py.
+"""Where the Triton kernels can run in this process: one answer for attn_kernels/flash_attn.py and attn_kernels/gla.py.
 
     interpreted()            whether Triton kernels run under its interpreter (TRITON_INTERPRET)
     why_unavailable(device)  None when the kernels can take tensors of `device`, else the reason

@@ -9,7 +9,7 @@ Read as a write that corrects: S_t = alpha_t S_{t-1} + k_t u_t^T with the new va
 u_t = beta_t (v_t - alpha_t S_{t-1}^T k_t), what k_t should read minus what it reads now.
 
 Two computations of it (the third, the loop both are tested against, is
-kernels.reference.naive_recurrent_delta_rule):
+attn_kernels.reference.naive_recurrent_delta_rule):
     chunk_delta_rule        the chunked parallel form (WY / UT transform): training and prefill
     recurrent_delta_step    one token against the state: decoding
 All compute in fp32 whatever autocast says. Needs only PyTorch: no Triton kernel here (the
@@ -18,7 +18,7 @@ attention/dispatch.py records that PyTorch runs.
 """
 import torch
 
-from kernels.gla_chunked import first_tokens, fp32, in_dtype, in_fp32, time_chunks
+from attn_kernels.gla_chunked import first_tokens, fp32, in_dtype, in_fp32, time_chunks
 
 
 @in_fp32

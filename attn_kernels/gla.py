@@ -49,14 +49,14 @@ the inputs and outputs: b, and during each pass the states S_n (or their gradien
 (B, Hkv, T/C, Dk, Dv) fp32.
 
 Runs natively on CUDA tensors; on CPU tensors only under the Triton interpreter, which needs
-TRITON_INTERPRET=1 in the environment before this module is imported (kernels/env.py answers where
-the kernels can run). The same recurrence in plain PyTorch: kernels/gla_chunked.py.
+TRITON_INTERPRET=1 in the environment before this module is imported (attn_kernels/env.py answers where
+the kernels can run). The same recurrence in plain PyTorch: attn_kernels/gla_chunked.py.
 """
 import torch
 import triton
 import triton.language as tl
 
-from kernels.env import interpreted
+from attn_kernels.env import interpreted
 
 __all__ = ["chunk_gla", "supports"]
 interpreted()  # asked now, before the kernels below are decorated: the answer is theirs
@@ -516,7 +516,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, BC, DHS, DK_, DV_, stride_qb, stride_qh, strid
 
 
 # The diagonal blocks row by row or column by column when compiled, all pairs at once when
-# interpreted (see the diagonal-block helpers); tests/kernels/test_gla.py runs the loops under the
+# interpreted (see the diagonal-block helpers); tests/attn_kernels/test_gla.py runs the loops under the
 # interpreter too.
 DIAG_LOOP = not interpreted()
 
@@ -682,7 +682,7 @@ def _check(q, k, v, g, initial_state, chunk_size):
         raise ValueError(f"batch * heads = {B * H} exceeds 65535")
     if q.device.type == "cpu" and not interpreted():
         raise RuntimeError("chunk_gla on CPU tensors needs the Triton interpreter: set TRITON_INTERPRET=1 "
-                           "before importing kernels.gla, or use kernels.gla_chunked.chunk_gla")
+                           "before importing attn_kernels.gla, or use attn_kernels.gla_chunked.chunk_gla")
 
 
 @torch.compiler.disable

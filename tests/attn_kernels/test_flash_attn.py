@@ -8,7 +8,7 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():  # must precede the first import of triton / kernels.flash_attn
+if not torch.cuda.is_available():  # must precede the first import of triton / attn_kernels.flash_attn
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import subprocess  # noqa: E402
@@ -18,10 +18,10 @@ import pytest  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
-import kernels.flash_attn as fa  # noqa: E402
-from kernels.env import available, interpreted  # noqa: E402
-from kernels.flash_attn import flash_attention  # noqa: E402
-from kernels.reference import attention_reference  # noqa: E402
+import attn_kernels.flash_attn as fa  # noqa: E402
+from attn_kernels.env import available, interpreted  # noqa: E402
+from attn_kernels.flash_attn import flash_attention  # noqa: E402
+from attn_kernels.reference import attention_reference  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEVICE = "cuda" if available("cuda") else "cpu"
@@ -220,7 +220,7 @@ def test_tuned_launch_matches_reference(monkeypatch):
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="checks the CPU path without the interpreter")
 def test_cpu_without_interpreter_says_what_to_do():
-    code = ("import torch; from kernels.flash_attn import flash_attention\n"
+    code = ("import torch; from attn_kernels.flash_attn import flash_attention\n"
             "x = torch.randn(1, 1, 4, 16)\n"
             "try:\n    flash_attention(x, x, x)\nexcept RuntimeError as e:\n    print(e)\n")
     env = {**os.environ, "TRITON_INTERPRET": "0"}

@@ -1,14 +1,14 @@
-"""Gated linear attention in chunked PyTorch, beside its Triton kernel (kernels/gla.py).
+"""Gated linear attention in chunked PyTorch, beside its Triton kernel (attn_kernels/gla.py).
 
 The recurrence, per KV head, with g <= 0 the log-decay and S the (Dk, Dv) state:
 
     S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t          o_t = scale * q_t S_t
 
-Two computations of it with the signature of kernels.gla.chunk_gla (k, v, g and the state may
+Two computations of it with the signature of attn_kernels.gla.chunk_gla (k, v, g and the state may
 have fewer heads than q, query head h reading KV head h // (H/Hkv); g None means no decay):
     chunk_gla             the chunked parallel form: training and prefill in PyTorch
     recurrent_gla_step    one token against the state: decoding
-The third, the loop the other two are tested against, is kernels.reference.naive_recurrent_gla.
+The third, the loop the other two are tested against, is attn_kernels.reference.naive_recurrent_gla.
 All compute in fp32 whatever autocast says. Needs only PyTorch.
 """
 import functools
@@ -283,7 +283,7 @@ def softmax_pair_inputs(q, k, g, initial_state=None):
 
 def softmax_pair_gla(q, k, v, g, initial_state=None, output_final_state=False, gla=chunk_gla):
     """o (B, H, T, Dv) and the packed state of softmax_pair_inputs, by `gla` (chunk_gla, the Triton
-    kernel or kernels.reference.naive_recurrent_gla)."""
+    kernel or attn_kernels.reference.naive_recurrent_gla)."""
     q, k, g, S0, tail = softmax_pair_inputs(q, k, g, initial_state)
     o, S = gla(q, k, v, g, scale=1.0, initial_state=S0, output_final_state=True)
     return o, (torch.cat([S, tail], dim=-1) if output_final_state else None)

@@ -1,4 +1,4 @@
-"""Tests of the Triton chunked GLA kernel (kernels/gla.py) against the loop reference.
+"""Tests of the Triton chunked GLA kernel (attn_kernels/gla.py) against the loop reference.
 
 On CPU the kernels run under the Triton interpreter (fp32, small shapes, the whole file well
 under a minute on one core); the interpreter takes the diagonal blocks all at once, and one
@@ -10,16 +10,16 @@ import os
 
 import torch
 
-if not torch.cuda.is_available():  # must precede the first import of triton / kernels.gla
+if not torch.cuda.is_available():  # must precede the first import of triton / attn_kernels.gla
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import kernels.gla as gla  # noqa: E402
-from kernels.env import available  # noqa: E402
-from kernels.gla import chunk_gla  # noqa: E402
-from kernels.reference import gla_reference  # noqa: E402
+import attn_kernels.gla as gla  # noqa: E402
+from attn_kernels.env import available  # noqa: E402
+from attn_kernels.gla import chunk_gla  # noqa: E402
+from attn_kernels.reference import gla_reference  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 DEVICE = "cuda" if available("cuda") else "cpu"
