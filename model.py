@@ -42,6 +42,8 @@ class GPTConfig:
     bias: bool = False            # biases in Linear and LayerNorm layers (GPT-2: True); MLA: see attention/mla.py
     gelu_approximate: str = "none"  # MLP activation, F.gelu's `approximate`: none (exact erf) | tanh (GPT-2's)
     mlp_hidden: int = 0           # MLP hidden width; 0 = 4 * n_embd (sweep --match=params solves it per variant)
+    mlp: bool = True              # an MLP after each layer's mixer; False: the mixers alone (Zoology's MQAR models,
+                                  # whose state mixer is an Identity: config/recall/zoology.py)
     layer_norm_eps: float = 1e-5  # LayerNorm epsilon (PyTorch's default, and GPT-2's)
     attention: str = "mha"        # one of attention.VARIANTS (mha, gqa, mqa, ...) for every layer, or a plan of
                                   # them, one per layer, comma-separated (Gemma 3's 5:1 "swa,swa,swa,swa,swa,mha")
@@ -90,6 +92,9 @@ class GPTConfig:
     gla_conv: int = 0             # taps of a short causal convolution (then SiLU) on q, k and v before phi and RoPE
                                   # (fla's use_short_conv, 4 there); 0 = none. Its last gla_conv - 1 inputs join
                                   # the decoding state
+    # --- conv (attention/conv.py): Zoology's BaseConv as a layer of a plan, e.g. attention="conv,mha" ---
+    conv_taps: int = 3            # taps of its depthwise causal convolution (Zoology's 3); its last conv_taps - 1
+                                  # inputs are its decoding state
     # --- the delta rule (attention/deltanet.py: deltanet, gated_deltanet) ---
     delta_conv: int = 4           # taps of the short causal convolution on q, k and v (the papers' 4; 1 = none
                                   # over time); its last delta_conv - 1 inputs are part of the decoding cache
@@ -133,6 +138,9 @@ class GPTConfig:
             raise ValueError(f"unknown gelu_approximate={self.gelu_approximate!r}; choose none or tanh")
         if self.mlp_hidden < 0:
             raise ValueError(f"mlp_hidden={self.mlp_hidden} must be >= 0 (0 = 4 * n_embd)")
+        if self.mlp_hidden and not self.mlp:
+            raise ValueError(f"mlp_hidden={self.mlp_hidden} sets the width of an MLP that mlp=False leaves out; "
+                             "leave mlp_hidden at 0 or set mlp=True")
         if self.attn_output_gate not in ("none", "sigmoid"):
             raise ValueError(f"unknown attn_output_gate={self.attn_output_gate!r}; choose none or sigmoid")
         if not self.layer_norm_eps > 0:
@@ -222,12 +230,12 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.attn = build_attention(config.layer_config(layer_idx), layer_idx)
-        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
-        self.mlp = MLP(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias) if config.mlp else None
+        self.mlp = MLP(config) if config.mlp else None
 
     def forward(self, x, pos, cache=None):
         x = x + self.attn(self.ln_1(x), pos, cache)
-        return x + self.mlp(self.ln_2(x))
+        return x if self.mlp is None else x + self.mlp(self.ln_2(x))
 
 
 class GPT(nn.Module):

@@ -14,6 +14,8 @@ Where each variant lives (a file is named after the attention= value it serves):
     moba           attention/moba.py       MixtureOfBlockAttention   (none: PyTorch)  attention/moba.py
     deltanet,      attention/deltanet.py   DeltaNet                  (none: PyTorch)  attn_kernels/delta_chunked.py
       gated_deltanet
+    conv           attention/conv.py       ShortConvMixer            (none: PyTorch)  attention/conv.py
+                   (Zoology's BaseConv, a layer of a plan: attention="conv,mha")
 
     (Triton kernels: attn_kernels/flash_attn.py and attn_kernels/gla.py.)
 
@@ -54,6 +56,7 @@ VARIANTS = {
     "moba": "attention.moba:MixtureOfBlockAttention",
     "deltanet": "attention.deltanet:DeltaNet",
     "gated_deltanet": "attention.deltanet:DeltaNet",
+    "conv": "attention.conv:ShortConvMixer",
 }
 
 

@@ -2,7 +2,8 @@
 
 While `record_attention()` is active, `attention.base.attend` hands its call to
 `recorded_attention` (plain fp32 softmax math that keeps the probabilities) whatever attn_impl
-says, and gated linear attention's layer stores its q, k and decay through `record_linear`.
+says, gated linear attention's layer stores its q, k and decay through `record_linear`, and a convolution
+its taps through `record_weights`.
 While off, the cost is one `state is None` check per call.
 """
 import contextlib
@@ -38,6 +39,13 @@ def record_linear(q, k, g, pos, scale):
     if state is not None:
         state["records"].append({"q": q.detach().float(), "k": k.detach().float(), "pos": pos, "scale": scale,
                                       "g": None if g is None else g.detach().float()})
+
+
+def record_weights(probs, allowed):
+    """A layer whose weights are not a softmax's stores them as they are (conv: each tap's mean |weight|
+    over the channels, per query over the tokens it reads): probs (B, H, Tq, Tk), allowed (Tq, Tk) bool."""
+    if state is not None:
+        state["records"].append({"probs": probs.detach().float(), "allowed": allowed})
 
 
 def recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p, window=None):

@@ -13,7 +13,7 @@ VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
                   "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8),
                   "linear": dict(gla_chunk=8), "retnet": dict(gla_chunk=8), "efficient": dict(gla_chunk=8),
                   "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2),
-                  "deltanet": dict(delta_chunk=8), "gated_deltanet": dict(delta_chunk=8)}
+                  "deltanet": dict(delta_chunk=8), "gated_deltanet": dict(delta_chunk=8), "conv": {}}
 
 
 CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS
@@ -45,9 +45,9 @@ def test_cached_decoding_equals_full_forward(attention, pos_encoding):
     assert all(c.pos == 30 for c in caches)
 
 
-# a state, not a K/V cache, and their own output gate (not attn_output_gate)
-LINEAR_FAMILY = ("gla", "linear", "retnet", "efficient", "deltanet", "gated_deltanet")
-GATED_CASES = [(a, p) for a, p in CASES if a not in LINEAR_FAMILY]
+# a state, not a K/V cache, and no attn_output_gate (their own output gate; conv: no attention output)
+CONSTANT_STATE = ("gla", "linear", "retnet", "efficient", "deltanet", "gated_deltanet", "conv")
+GATED_CASES = [(a, p) for a, p in CASES if a not in CONSTANT_STATE]
 
 
 @pytest.mark.parametrize("attention,pos_encoding", GATED_CASES)
@@ -75,7 +75,7 @@ def test_measured_cache_growth_equals_formula(attention):
         measured = sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16))
         assert measured == per_token * min(n, cap or n) + state
         assert model.cache_elems_per_seq(n) * 2 + state == measured
-    if attention in LINEAR_FAMILY:  # a constant state, nothing per token
+    if attention in CONSTANT_STATE:  # a constant state, nothing per token
         assert per_token == 0 and state > 0
     else:
         assert per_token > 0

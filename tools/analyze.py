@@ -311,7 +311,8 @@ def plot_maps(path, model, prompt_ids, layers, tokenizer):
         w, visible = weights[layer]
         visible = visible[0] if visible.dim() == 4 else visible   # the one sequence's mask
         for col, h in enumerate(heads):
-            image = w[0, h].masked_fill(~visible[min(h, visible.size(0) - 1)], float("nan")).numpy()
+            # a layer without heads (conv) records one map, drawn in every column
+            image = w[0, min(h, w.size(1) - 1)].masked_fill(~visible[min(h, visible.size(0) - 1)], float("nan")).numpy()
             axes[row][col].imshow(image, cmap="viridis", norm=PowerNorm(0.5, vmin=0, vmax=1))
             axes[row][col].set_title(f"layer {layer} head {h}", fontsize=8)
             axes[row][col].set_xticks([])

@@ -54,7 +54,10 @@ def tokens_per_iter(keys):
 
 def solve_mlp_hidden(keys, target_params, vocab_size):
     """The mlp_hidden that brings this config's parameters nearest target_params, and its count.
-    ValueError when no width >= 1 comes within PARAMS_TOLERANCE."""
+    ValueError when no width >= 1 comes within PARAMS_TOLERANCE, or when the config has no MLP."""
+    if not keys.get("mlp", True):
+        raise ValueError(f"attention={keys['attention']} with mlp=False has no MLP whose width --match=params "
+                         "could solve; match flops or time instead")
     n1 = meta_model(keys, vocab_size, mlp_hidden=1).num_params()
     slope = meta_model(keys, vocab_size, mlp_hidden=2).num_params() - n1   # params per unit of width
     hidden = max(1, round(1 + (target_params - n1) / slope))

@@ -201,9 +201,9 @@ def memory_bytes(device: str) -> int:
 def check_fits_in_memory(gptconf, tc) -> None:
     """Refuse, before building anything, a run whose lower bound of memory exceeds the device's:
     16 bytes per weight (fp32 weights, gradients, Adam's two moments) for the projections every
-    variant has (q and output 2C^2, the MLP 2C*hidden per layer; the tied embedding V*C), plus the
+    variant has (q and output 2C^2, the MLP 2C*hidden per layer if any; the tied embedding V*C), plus the
     logits and their gradient (B*T*V fp32, twice). A bound, so a refusal is never wrong."""
-    C, hidden = gptconf.n_embd, gptconf.mlp_hidden or 4 * gptconf.n_embd
+    C, hidden = gptconf.n_embd, (gptconf.mlp_hidden or 4 * gptconf.n_embd) if gptconf.mlp else 0
     params = gptconf.n_layer * (2 * C * C + 2 * C * hidden) + gptconf.vocab_size * C
     need = 16 * params + 2 * 4 * tc.batch_size * gptconf.block_size * gptconf.vocab_size
     have = memory_bytes(tc.device)

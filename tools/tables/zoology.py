@@ -1,0 +1,66 @@
+"""docs/recall.md's tables on Zoology's footing (config/zoology/: a conv layer, the mixer, no MLP): the
+softmax anchor's cells as tools.sweep wrote them (docs/results/zoology/anchor-w<width>-p<pairs>/:
+plan.json, lr/<config>-lr<rate>-s1/ and <config>-s<seed>/, each summary.json and test_eval.json).
+"""
+import glob
+import os
+import re
+import statistics
+
+from tools import compare
+from tools.tables.mqar import lr_runs
+from tools.tables.source import fmt_sci, md_table, results_dir
+from trainer.rundir import Run
+
+SOLVED = 0.95   # test accuracy that counts as solved (the issue's threshold; Zoology stops at val 0.99)
+CELL = re.compile(r"anchor-w(\d+)-p(\d+)$")
+
+
+def anchor_cells(root):
+    """[(width, pairs, folder)] of the stored anchor sweeps, by width then pairs."""
+    found = []
+    for folder in glob.glob(os.path.join(results_dir(root, "zoology"), "anchor-w*-p*")):
+        m = CELL.search(folder)
+        if m:
+            found.append((int(m.group(1)), int(m.group(2)), folder))
+    return sorted(found)
+
+
+def grid_cell(summary, chosen):
+    """A grid probe: the step it reached stop_val_acc, else its best val accuracy."""
+    reached = summary.get("target_reached_iter")
+    text = f"{reached:,}" if reached is not None else f"- ({summary['best_val_acc']:.2f})"
+    return text + (" *" if chosen else "")
+
+
+def seed_runs(folder, config):
+    return [Run(p).results for p in sorted(glob.glob(os.path.join(folder, f"{config}-s*")))]
+
+
+def anchor(root):
+    """One row per config and cell: the grid (steps to val accuracy 0.99 per rate, the chosen one starred),
+    then each seed's test accuracy, solved k/n and the median step to 0.99 over the seeds that got there."""
+    rates, rows = set(), []
+    cells = anchor_cells(root)
+    for width, pairs, folder in cells:
+        plan_path = os.path.join(folder, "plan.json")
+        plan = compare.read_plan(plan_path)["configs"] if os.path.isfile(plan_path) else {}
+        for config, probes in lr_runs(folder).items():
+            rates |= set(probes)
+            chosen = plan.get(config, {}).get("learning_rate")
+            runs = seed_runs(folder, config)
+            steps = [r["target_reached_iter"] for r in runs if r.get("target_reached_iter") is not None]
+            accs = ", ".join(f"{r['test_acc']:.3f}" for r in runs if r.get("test_acc") is not None)
+            solved = sum(r.get("test_acc") is not None and r["test_acc"] >= SOLVED for r in runs)
+            rows.append((width, pairs, config, probes, chosen, accs or "-",
+                         f"{solved}/{len(runs)}" if runs else "-",
+                         f"{statistics.median(steps):,.0f}" if steps else "-"))
+    grid = sorted(rates)
+    head = ["width", "pairs", "config", *(f"lr {fmt_sci(r)}" for r in grid), "test acc (seeds)",
+            f"solved (test acc >= {SOLVED})", "median step to val 0.99"]
+    return md_table(head, [[str(w), str(p), c, *(grid_cell(probes[r], r == chosen) if r in probes else ""
+                                                 for r in grid), accs, solved, median]
+                           for w, p, c, probes, chosen, accs, solved, median in rows])
+
+
+TABLES = {"zoology-anchor": anchor}
