@@ -53,8 +53,8 @@ def test_an_edited_result_file_changes_every_table_it_feeds(copy, capsys):
     path.write_text(json.dumps(st))
     code, err = run_check(copy, capsys)
     named = {(line.split(":")[0], line.split("table ")[1].split()[0]) for line in err}
-    assert code == 1 and named == {("README.md", "readme-scorecard"), ("docs/results.md", "fair256-paired-test"),
-                                   ("docs/results.md", "fair256-scorecard")}
+    assert code == 1 and named == {("README.md", "answer"), ("docs/answer.md", "answer"),
+                                   ("docs/results.md", "fair256-paired-test"), ("docs/results.md", "fair256-scorecard")}
 
 
 def test_a_table_of_numbers_outside_markers_and_a_long_readme_fail(copy, capsys):
@@ -81,13 +81,18 @@ def test_a_broken_marker_is_one_line_and_exit_2(copy, capsys, lines, words):
     assert code == 2 and len(err) == 1 and err[0].startswith("error: docs/data.md") and words in err[0]
 
 
-def generated(doc, name):
-    """{first cell: cells} of a generated table as the committed document holds it."""
+def table_rows(doc, name):
+    """[cells] of each row of a generated table as the committed document holds it."""
     with open(f"{ROOT}/{doc}") as f:
         lines = f.read().split("\n")
     begin = lines.index(f"<!-- table: {name} -->")
     rows = lines[begin + 1:lines.index("<!-- /table -->", begin)]
-    return {cells[0]: cells for cells in ([c.strip() for c in r.strip("|").split("|")] for r in rows[2:])}
+    return [[c.strip() for c in r.strip("|").split("|")] for r in rows[2:]]
+
+
+def generated(doc, name):
+    """{first cell: cells} of a generated table as the committed document holds it."""
+    return {cells[0]: cells for cells in table_rows(doc, name)}
 
 
 def test_code_derived_cells_equal_the_formulas():
@@ -97,13 +102,33 @@ def test_code_derived_cells_equal_the_formulas():
     assert params["mha"][1] == f"{4 * C * C:,}"                    # q, k, v, c_proj
     assert params["mha_gate"][1] == f"{5 * C * C:,}"               # + the sigmoid gate, n_embd x n_embd
     assert params["mha_gate"][2] == f"{int(params['mha'][2].replace(',', '')) + n_layer * C * C:,}"
-    bf16 = 2
-    readme = generated("README.md", "readme-scorecard")
-    assert readme["mha"][6] == f"{n_layer * 2 * 4 * d_h * bf16:,}"                 # K and V, 4 heads
-    assert readme["gqa (2 KV heads)"][6] == f"{n_layer * 2 * 2 * d_h * bf16:,}"
-    assert readme["mla (rank 64)"][6] == f"{n_layer * (64 + 16) * bf16:,}"        # latent + RoPE key (d_h / 2)
-    runs = generated("docs/results.md", "fair256-runs")
-    assert runs["mha"][11] == readme["mha"][6] and runs["gla"][12] == f"{n_layer * 4 * d_h * d_h * 4:,}"   # fp32 state
+    bf16, fp32 = 2, 4
+    card = generated("docs/results.md", "fair256-scorecard")
+    assert card["mha"][7] == f"{n_layer * 2 * 4 * d_h * bf16:,}"                   # K and V, 4 heads
+    assert card["gqa"][7] == f"{n_layer * 2 * 2 * d_h * bf16:,}"
+    assert card["mla"][7] == f"{n_layer * (64 + 16) * bf16:,}"                      # latent + RoPE key (d_h / 2)
+    assert card["gla"][8] == f"{n_layer * 4 * d_h * d_h * fp32:,}"                  # the fp32 state
+
+
+def test_the_answer_tables_memory_is_the_formula_at_gpt2_124m():
+    """docs/answer.md: 12 layers, 12 heads of 64; bf16 K/V per token, a window's cache stops at 4,096 tokens,
+    a constant fp32 state spread over the context."""
+    L, H, D, bf16, fp32 = 12, 12, 64, 2, 4
+
+    def kib(b):
+        return f"{b / 1024:,.1f} KiB" if b >= 1024 else f"{b:,.0f} B"
+    rows = {r[1].strip("`"): r for r in table_rows("docs/answer.md", "answer")}
+    mha = L * 2 * H * D * bf16
+    assert rows["mha"][5] == f"{kib(mha)} / {kib(mha)}"
+    assert rows["gqa"][5] == f"{kib(mha * 2 / H)} / {kib(mha * 2 / H)}"             # config/gqa.py: 2 KV heads
+    assert rows["mqa"][5] == f"{kib(mha / H)} / {kib(mha / H)}"
+    assert rows["swa"][5] == f"{kib(mha)} / {kib(mha * 4096 / 32768)}"
+    state = L * H * D * D * fp32
+    assert rows["retnet"][5] == f"{kib(state / 4096)} / {kib(state / 32768)}"
+    card = generated("docs/results.md", "fair256-scorecard")
+    for config in ("gla", "mla"):                              # the scorecard's "Δ [CI] verdict", reordered
+        delta, verdict = card[config][4].rsplit(" ", 1)
+        assert rows[config][2] == f"{verdict}, {delta}"
 
 
 def test_the_scorecards_recall_is_the_mean_of_the_recall_runs_own_test_accuracy():
@@ -120,12 +145,10 @@ def test_the_scorecards_recall_is_the_mean_of_the_recall_runs_own_test_accuracy(
             with open(os.path.join(run, "test_eval.json")) as f:
                 accs.append(json.load(f)[0]["test_acc"])
         return sum(accs) / len(accs)
-    readme = generated("README.md", "readme-scorecard")
     card = generated("docs/results.md", "fair256-scorecard")
     for config, name in (("mha", "mha4"), ("gla", "gla"), ("bigbird", "bigbird")):
-        assert readme[config][4] == f"{test_acc(name):.3f}"
         assert card[config][5] == f"{test_acc(name):.3f} (4)"
-    assert readme["gla_nodecay"][4] == "-" and card["mha_gate"][5] == "-"
+    assert card["gla_nodecay"][5] == "-" and card["mha_gate"][5] == "-"
 
 
 def test_the_convolution_table_reads_each_stored_run_and_the_byte_formula():

@@ -26,12 +26,12 @@ import os
 import re
 import sys
 
-from tools.tables import cost, extension, ladder, lengths, loss, mqar, speed, stored, zoology
+from tools.tables import answer, cost, extension, ladder, lengths, loss, mqar, speed, stored, zoology
 from tools.tables.source import HERE
 from trainer.cli import OneLineParser, fail
 
-GENERATORS = {**loss.TABLES, **ladder.TABLES, **lengths.TABLES, **cost.TABLES, **mqar.TABLES, **speed.TABLES,
-              **stored.TABLES, **extension.TABLES, **zoology.TABLES}
+GENERATORS = {**answer.TABLES, **loss.TABLES, **ladder.TABLES, **lengths.TABLES, **cost.TABLES, **mqar.TABLES,
+              **speed.TABLES, **stored.TABLES, **extension.TABLES, **zoology.TABLES}
 BEGIN = re.compile(r"^<!-- table: (\S+) -->$")
 END = "<!-- /table -->"
 README_MAX_LINES = 300

@@ -1,4 +1,4 @@
-"""The loss studies' tables (docs/results.md, docs/sparse.md, docs/linear.md and the README's headline),
+"""The loss studies' tables (docs/results.md, docs/sparse.md, docs/linear.md),
 in the formats tools.compare and tools.scorecard print, from docs/results/<study>/table.json and the
 configs built on the meta device (parameters, cache and state bytes, iterations, training FLOPs).
 """
@@ -7,7 +7,6 @@ import os
 
 from tools import budget, compare, scorecard
 from tools.tables.source import (
-    CACHE_UNIT,
     cache_bytes,
     delta,
     keys_of,
@@ -136,34 +135,6 @@ def fair256_scorecard(root):
     return scorecard.table_lines(scorecard_rows(study(root, "fair256"), recall_accuracy(root)), "mha")
 
 
-README_CONFIGS = ("mha", "gqa", "mqa", "mla", "bigbird", "gla", "gla_nodecay")
-
-
-def readme_label(st, c):
-    cfg = model(st, c).config
-    return {"gqa": f"gqa ({cfg.n_kv_head} KV heads)", "mla": f"mla (rank {cfg.kv_lora_rank})"}.get(c, c)
-
-
-def readme_scorecard(root):
-    """The README's headline: the test-split verdict first, val labelled as the selection split."""
-    st = study(root, "fair256")
-    rows = {r["config"]: r for r in scorecard_rows(st, recall_accuracy(root))}
-    out = []
-    for c in README_CONFIGS:
-        r, test, val = rows[c], st["paired"]["test"].get(c), st["paired"]["val"].get(c)
-        out.append([readme_label(st, c), test["verdict"] if test else f"reference (test loss {r['loss']:.4f})",
-                    delta(test) if test else "", f"{val['mean']:+.4f}, {val['verdict']}" if val else "",
-                    "-" if r["mqar_acc"] is None else f"{r['mqar_acc']:.3f}",
-                    "n/a" if r["extrapolation"] is None else f"{r['extrapolation']:+.3f}",
-                    f"{r['cache_bytes_per_token']:,.0f}",
-                    f"{r['cache_state_bytes'] // 1024} KiB" if r["cache_state_bytes"] else "0"])
-    context = st["scorecard"]["context"]
-    pairs = RECALL_CELL["pairs"]
-    return md_table(["config", "test verdict vs mha", "Δ test loss [95% CI]", "selection split (val): Δ, verdict",
-                     f"MQAR acc, {pairs} pairs", "past L − sliding window",
-                     f"cache B/token @ {context // 1024}k ({CACHE_UNIT})", "constant state (fp32)"], out)
-
-
 def sparse512_results(root):
     st = study(root, "sparse512")
     test, val = st["paired"]["test"], st["paired"]["val"]
@@ -174,7 +145,6 @@ def sparse512_results(root):
 
 
 TABLES = {
-    "readme-scorecard": readme_scorecard,
     "fair256-params": fair256_params,
     "fair256-runs": runs_table("fair256"),
     "fair256-paired-test": paired_table("fair256", "test"),

@@ -1,6 +1,7 @@
 """docs/recall.md's tables on Zoology's footing (config/zoology/: a conv layer, the mixer, no MLP): the
-softmax anchor's cells as tools.sweep wrote them (docs/results/zoology/anchor-w<width>-p<pairs>/:
-plan.json, lr/<config>-lr<rate>-s1/ and <config>-s<seed>/, each summary.json and test_eval.json).
+softmax anchor's cells (docs/results/zoology/anchor-w<width>-p<pairs>/: 3 seeds, up to 64,000 steps) and
+the families' (docs/results/zoology/w<width>-p<pairs>/: seed 1, 16,000 steps), as tools.sweep wrote them:
+plan.json, lr/<config>-lr<rate>-s1/ and <config>-s<seed>/, each summary.json and test_eval.json.
 """
 import glob
 import os
@@ -13,17 +14,22 @@ from tools.tables.source import fmt_sci, md_table, results_dir
 from trainer.rundir import Run
 
 SOLVED = 0.95   # test accuracy that counts as solved (the issue's threshold; Zoology stops at val 0.99)
-CELL = re.compile(r"anchor-w(\d+)-p(\d+)$")
+CELL = re.compile(r"/(anchor-)?w(\d+)-p(\d+)$")
 
 
-def anchor_cells(root):
-    """[(width, pairs, folder)] of the stored anchor sweeps, by width then pairs."""
+def cells(root, anchor):
+    """[(width, pairs, folder)] of the stored anchor sweeps (or the families'), by width then pairs."""
     found = []
-    for folder in glob.glob(os.path.join(results_dir(root, "zoology"), "anchor-w*-p*")):
+    for folder in glob.glob(os.path.join(results_dir(root, "zoology"), "*w*-p*")):
         m = CELL.search(folder)
-        if m:
-            found.append((int(m.group(1)), int(m.group(2)), folder))
+        if m and bool(m.group(1)) == anchor:
+            found.append((int(m.group(2)), int(m.group(3)), folder))
     return sorted(found)
+
+
+def rate_label(rate):
+    """3.2e-3 -> '3.2e-3', 1e-3 -> '1e-3': Zoology's grid has two significant digits."""
+    return fmt_sci(rate, 1).replace(".0e", "e")
 
 
 def grid_cell(summary, chosen):
@@ -37,12 +43,15 @@ def seed_runs(folder, config):
     return [Run(p).results for p in sorted(glob.glob(os.path.join(folder, f"{config}-s*")))]
 
 
-def anchor(root):
+def cell_table(anchor):
+    return lambda root: cells_table(root, anchor)
+
+
+def cells_table(root, anchor):
     """One row per config and cell: the grid (steps to val accuracy 0.99 per rate, the chosen one starred),
     then each seed's test accuracy, solved k/n and the median step to 0.99 over the seeds that got there."""
     rates, rows = set(), []
-    cells = anchor_cells(root)
-    for width, pairs, folder in cells:
+    for width, pairs, folder in cells(root, anchor):
         plan_path = os.path.join(folder, "plan.json")
         plan = compare.read_plan(plan_path)["configs"] if os.path.isfile(plan_path) else {}
         for config, probes in lr_runs(folder).items():
@@ -56,11 +65,11 @@ def anchor(root):
                          f"{solved}/{len(runs)}" if runs else "-",
                          f"{statistics.median(steps):,.0f}" if steps else "-"))
     grid = sorted(rates)
-    head = ["width", "pairs", "config", *(f"lr {fmt_sci(r)}" for r in grid), "test acc (seeds)",
+    head = ["width", "pairs", "config", *(f"lr {rate_label(r)}" for r in grid), "test acc (seeds)",
             f"solved (test acc >= {SOLVED})", "median step to val 0.99"]
     return md_table(head, [[str(w), str(p), c, *(grid_cell(probes[r], r == chosen) if r in probes else ""
                                                  for r in grid), accs, solved, median]
                            for w, p, c, probes, chosen, accs, solved, median in rows])
 
 
-TABLES = {"zoology-anchor": anchor}
+TABLES = {"zoology-anchor": cell_table(anchor=True), "zoology-families": cell_table(anchor=False)}
