@@ -1,5 +1,5 @@
 """Cost tables: docs/cost.md's plans and docs/sparse.md's costs against context (tools.plan on the meta
-device: nothing stored, the code is the source), the GPU tier's plan, the long-context benchmark
+device: nothing stored, the code is the source), the long-context benchmark
 (docs/results/longctx: the timings, with parameters and cache bytes from the code) and the CPU-thread
 measurements (docs/results/threads).
 """
@@ -63,13 +63,6 @@ def sparse_plan(root):
                      for s, n in zip(short, long)])
 
 
-def gpu1024_plan(root):
-    """The GPU tier's configs (the fair study's, in its order) as tools.plan prints them at context 1024."""
-    configs = [f"config/study1024/{n}.py" for n in study(root, "fair256")["plan"]["configs"]]
-    rows, opts = plan_rows(configs, [], context=1024)
-    return plan.table_lines(rows, opts)
-
-
 def longctx_rows(rows):
     """The stored timings as tools/benchmarks/longctx.py rows, with the model's own numbers from the code
     at the suite's width: parameters, and the cache it holds after the last context (bf16; a state fp32)."""
@@ -112,7 +105,6 @@ TABLES = {
     "cost-7b-4k": cost_plan("7b", 4096),
     "cost-7b-32k": cost_plan("7b", 32768, [("gqa, --n_kv_head=8", ["--n_kv_head=8"])]),
     "sparse512-plan": sparse_plan,
-    "gpu1024-plan": gpu1024_plan,
     "longctx-all": longctx_table("all"),
     "longctx-mla": longctx_table("mla"),
     "threads": threads,

@@ -113,8 +113,5 @@ def passkey_table(root):
 
 TABLES = {
     "ext256-x4-loss": loss_table(4),
-    "ext256-x4-past": past_table(4),
-    "ext256-x8-loss": loss_table(8),
-    "ext256-x8-past": past_table(8),
     "ext256-passkey": passkey_table,
 }

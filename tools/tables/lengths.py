@@ -1,13 +1,13 @@
 """Positions and lengths: docs/results.md's train-short-test-long tables, docs/positions.md's five
 encodings and docs/rope.md's base and stretching studies, from docs/results/{ext64, positions750,
-ropebase64, ropebase256, ropestretch64}; Men et al.'s bound on RoPE's base and YaRN's regime from the
-code (tools.analyze.rope_base_lower_bound, RoPE.yarn_regime at the configs' head dim and base).
+ropebase64, ropebase256, ropestretch64}; Men et al.'s bound on RoPE's base from the code
+(tools.analyze.rope_base_lower_bound at the configs' head dim and base).
 """
 import functools
 
 from attention.positional import RoPE
 from tools import analyze
-from tools.tables.source import delta, fmt_sci, md_table, mean_sd, model_of, study, verdict
+from tools.tables.source import delta, fmt_sci, md_table, model_of, study, verdict
 
 ROPE_CONFIG = "config/ropebase/base10k.py"   # the base studies' model (config/mha.py at base 1e4)
 rope_base_lower_bound = functools.cache(analyze.rope_base_lower_bound)   # one search per (head dim, context)
@@ -16,13 +16,6 @@ rope_base_lower_bound = functools.cache(analyze.rope_base_lower_bound)   # one s
 def head_dim():
     cfg = model_of(ROPE_CONFIG).config
     return cfg.n_embd // cfg.n_head
-
-
-def ext_loss(root):
-    st = study(root, "ext64")
-    rows = st["test_loss"]["rows"].items()
-    return md_table(["model", *(f"L={n}" for n in st["lengths"])],
-                    [[st["models"][m]["label"], *(mean_sd(c) for c in cells)] for m, cells in rows])
 
 
 def ext_vs_rope(root):
@@ -73,54 +66,6 @@ def yarn_label(model, context):
     return f"{model} ({yarn_regime(context)['regime']})" if model.startswith("yarn") else model
 
 
-def yarn_regimes(root):
-    """YaRN's regime at the trained lengths of the stretching studies (64, the one to run at 256) and 1024."""
-    rows = []
-    for n in (64, 256, 1024):
-        r = yarn_regime(n)
-        t, k = r["by_turns"], r["by_ramp"]
-        rows.append([n, f"{r['turns_fastest']:.1f}", f"{r['turns_slowest']:.2g}",
-                     f"{t['above_beta_fast']} / {t['between']} / {t['below_beta_slow']}",
-                     f"{k['kept']} / {k['ramped']} / {k['interpolated']}", r["regime"]])
-    r = yarn_regime(64)
-    return md_table(["trained L", "pair 0: turns over L", f"pair {r['rotated_dims'] // 2 - 1}: turns",
-                     f"pairs > β_fast = {r['beta_fast']:g} / between / < β_slow = {r['beta_slow']:g} (by turns)",
-                     "kept / ramped / interpolated (the ramp as computed)", "regime"], rows)
-
-
-def side_of_bound(base, context):
-    return "below" if float(base) < rope_base_lower_bound(head_dim(), context) else "above"
-
-
-def base_cells(st, base, lengths):
-    """A base's losses: best val, then test at each length (the trained one to 4 decimals, longer to 3)."""
-    r = st["rows"][base]
-    return [mean_sd(r["best_val"]),
-            *(mean_sd(r["test"][str(n)], ".4f" if n == st["context"] else ".3f") for n in lengths)]
-
-
-def ropebase64(root):
-    st = study(root, "ropebase64")
-    bound = round(rope_base_lower_bound(head_dim(), st["context"]))
-    return md_table(["rope_base", f"vs the bound ({bound:,} at L = {st['context']})", "best val (n=3)",
-                     "test L=64 (n=3)", "test L=1024 (n=3)", "same-token ratio (s1)", "near/far (s1)"],
-                    [[f"{int(b):,}", side_of_bound(b, st["context"]), *base_cells(st, b, (64, 1024)),
-                      f"{r['same_token_s1']:.2f}", f"{r['near_far_s1']:.1f}"] for b, r in st["rows"].items()])
-
-
-def ropebase256(root):
-    st = study(root, "ropebase256")
-    bound = round(rope_base_lower_bound(head_dim(), st["context"]))
-    rows = []
-    for b, r in st["rows"].items():
-        ratios = r["same_token"]
-        rows.append([f"{int(b):,}", side_of_bound(b, st["context"]), *base_cells(st, b, (256, 1024, 4096)),
-                     f"{sum(ratios) / len(ratios):.2f} ({', '.join(f'{v:.2f}' for v in ratios)})",
-                     f"{r['near_far']:.1f}"])
-    return md_table(["rope_base", f"vs the bound ({bound:,})", "best val", "test L=256", "test L=1024 (4x)",
-                     "test L=4096 (16x)", "same-token ratio (seeds 1, 2, 3)", "near/far"], rows)
-
-
 def base_paired(name, lengths):
     """Each base against 1e4, per length: Δ [95% CI] and, where the study decided one, its verdict."""
     def table(root):
@@ -135,22 +80,6 @@ def base_paired(name, lengths):
             rows.append(cells)
         return md_table(head, rows)
     return table
-
-
-def stretch_s1(root):
-    rows, context = study(root, "ropestretch64")["zero_shot_s1"]["rows"], study(root, "ropebase64")["context"]
-    lengths = list(next(iter(rows.values())))
-    return md_table(["model", *(f"L={n}" for n in lengths)],
-                    [["ALiBi" if m == "alibi" else f"RoPE, {yarn_label(m, context)}",
-                      *("" if r[n] is None else f"{r[n]:.4f}" for n in lengths)] for m, r in rows.items()])
-
-
-def stretch_finetune_s1(root):
-    rows, context = study(root, "ropestretch64")["finetune_s1"]["rows"], study(root, "ropebase64")["context"]
-    lengths = list(next(iter(rows.values())))
-    return md_table(["fine-tuned at 256 with", *(f"L={n}" for n in lengths)],
-                    [["none (only the longer context)" if m == "none" else yarn_label(m, context),
-                      *(f"{r[n]:.4f}" for n in lengths)] for m, r in rows.items()])
 
 
 def stretch_zero4(root):
@@ -172,18 +101,12 @@ def stretch_finetune3(root):
 
 
 TABLES = {
-    "ext64-loss": ext_loss,
     "ext64-vs-rope": ext_vs_rope,
     "ext64-per-position": ext_per_position,
     "positions750": positions750,
     "rope-bound": rope_bound,
-    "ropebase64-runs": ropebase64,
     "ropebase64-paired": base_paired("ropebase64", (64, 1024)),
-    "ropebase256-runs": ropebase256,
     "ropebase256-paired": base_paired("ropebase256", (256, 1024, 4096)),
-    "ropestretch64-s1": stretch_s1,
-    "ropestretch64-finetune-s1": stretch_finetune_s1,
     "ropestretch64-x4": stretch_zero4,
     "ropestretch64-finetune": stretch_finetune3,
-    "yarn-regime": yarn_regimes,
 }

@@ -93,13 +93,6 @@ def fair256_params(root):
                      "params matched"], rows)
 
 
-def fair256_gap(root):
-    """Test minus best val loss per config (the means over seeds): how much harder the test text is."""
-    runs = study(root, "fair256")["runs"]
-    return md_table(["", *runs], [["test − best val (mean)", *(f"{r['test'][0] - r['best_val'][0]:+.3f}"
-                                                               for r in runs.values())]])
-
-
 # The scorecards' recall column: the recall study's cell of 64-token rows with 4 pairs at width 64, its
 # configs read by the loss study's names (its 4-head softmax is mha4); configs it lacks get "-".
 RECALL_CELL = {"row_len": 64, "pairs": 4, "width": 64}
@@ -146,17 +139,7 @@ def sparse512_results(root):
 
 TABLES = {
     "fair256-params": fair256_params,
-    "fair256-runs": runs_table("fair256"),
     "fair256-paired-test": paired_table("fair256", "test"),
-    "fair256-paired-val": paired_table("fair256", "val"),
-    "fair256-gap": fair256_gap,
-    "fair256-plan": plan_table("fair256"),
     "fair256-scorecard": fair256_scorecard,
-    "flops256-runs": runs_table("flops256"),
-    "flops256-paired-test": paired_table("flops256", "test"),
-    "flops256-paired-val": paired_table("flops256", "val"),
-    "flops256-plan": plan_table("flops256"),
-    "cpu2000-runs": runs_table("cpu2000"),
-    "cpu250-runs": runs_table("cpu250"),
     "sparse512-results": sparse512_results,
 }

@@ -1,7 +1,6 @@
 """docs/recall.md's tables: the recall study's run files as tools.recall's sweeps wrote them
 (docs/results/recall/<sweep>/: summary.json, test_eval.json, plan.json, read through trainer.rundir.Run),
-tools.reach's counts of the pairs each pattern leaves out of reach (docs/results/recall/reach), and
-the binding-free strategies on the old and the new MQAR files (docs/results/mqar_layout).
+and tools.reach's counts of the pairs each pattern leaves out of reach (docs/results/recall/reach).
 """
 import glob
 import json
@@ -9,7 +8,7 @@ import os
 
 from attention import VARIANTS
 from tools import compare, recall
-from tools.tables.source import fmt_sci, md_table, model_of, results_dir, study
+from tools.tables.source import fmt_sci, md_table, model_of, results_dir
 from trainer.rundir import Run
 
 VARIANTS_ORDER = list(VARIANTS)
@@ -31,37 +30,6 @@ def lr_runs(folder):
         runs.setdefault(os.path.basename(path).rsplit("-lr", 1)[0], {})[summary["learning_rate"]] = summary
     order = sorted(runs, key=lambda c: (registry_order(next(iter(runs[c].values()))), c))
     return {c: dict(sorted(runs[c].items())) for c in order}
-
-
-def anchor_lr(root):
-    """The anchor's grid: best val loss and accuracy per rate; the rate the sweep chose, and when a probe
-    reached stop_val_acc."""
-    folder = os.path.join(results_dir(root, "recall"), "anchor")
-    plan = compare.read_plan(os.path.join(folder, "plan.json"))
-    (config, probes), = lr_runs(folder).items()
-    chosen = plan["configs"][config]["learning_rate"]
-
-    def acc(lr, s):
-        reached = s.get("target_reached_iter")
-        text = f"{s['best_val_acc']:.3f}" + (f": reached {s['settings']['stop_val_acc']:g} at step {reached:,}"
-                                             if reached is not None else "")
-        return text + (" (chosen)" if lr == chosen else "")
-    return md_table(["learning rate", *map(fmt_sci, probes)],
-                    [["best val loss", *(f"{s['best_val_loss']:.3f}" for s in probes.values())],
-                     ["val accuracy", *(acc(lr, s) for lr, s in probes.items())]])
-
-
-def anchor_seeds(root):
-    """Each anchor seed: test accuracy of best.pt, and the step its val accuracy reached stop_val_acc."""
-    runs = [Run(p) for p in sorted(glob.glob(os.path.join(results_dir(root, "recall"), "anchor", "mha-s*")))]
-    rows = []
-    for run in runs:
-        s, reached = run.results, run.results.get("target_reached_iter")
-        rows.append([s["seed"], f"{s['test_acc']:.3f}", f"{reached:,}" if reached is not None
-                     else f"- (best {s['best_val_acc']:.3f} by step {s['iters']:,})"])
-    target = runs[0].summary["settings"]["stop_val_acc"]
-    return md_table(["seed", "test accuracy (1,000 rows, 4,000 queries)", f"val accuracy reached {target:g} at step"],
-                    rows)
 
 
 def probe_cell(summary):
@@ -144,14 +112,6 @@ def reach_cost(root):
                       f"{g['reach']['ceiling']:.3f}"] for g in groups])
 
 
-def mqar_layout(root):
-    """Binding-free strategies on the old files and on Zoology's layout, against chance 1/P."""
-    return md_table(["rows", "pairs", "strategy (binding-free)", "old files", "Zoology's layout (now)", "chance 1/P"],
-                    [[f"{r['row_len']} tokens", r["pairs"], r["strategy"], f"{r['old_files']:.3f}",
-                      f"{r['zoology_layout']:.3f}", f"{1 / r['pairs']:.3f}"]
-                     for r in study(root, "mqar_layout")["rows"]])
-
-
 # docs/linear.md's 2 x 2 at 64 tokens, 4 pairs, width 64, seed 1: {add and decay, the delta rule} x {no
 # convolution over time, 4 taps}; each stored sweep folder and the configs it holds, a row per run
 CONV_RUNS = {"tune-w64-t64-p4": ("gla", "deltanet", "gated_deltanet"),
@@ -181,46 +141,8 @@ def conv_ablation(root):
                      "test accuracy", "val 0.99 at step"], rows)
 
 
-def width_rates(root):
-    """Width 128, 64-token rows: each config that ran at another rate (docs/results/recall/lr<rate>-w128-t64-p<P>)
-    beside its run at the width-64 rate (w128-t64-p<P>): pairs, learning rate, test accuracy, step to stop_val_acc."""
-    folder = results_dir(root, "recall")
-    cells = sorted({int(p.rsplit("-p", 1)[1]) for p in glob.glob(os.path.join(folder, "lr*-w128-t64-p*"))})
-    return md_table(["pairs", "config", "learning rate", "test accuracy", "val 0.99 at step"],
-                    [row for pairs in cells for row in width_rate_rows(folder, pairs)])
-
-
-def width_rate_rows(folder, pairs):
-    others = sorted(glob.glob(os.path.join(folder, f"lr*-w128-t64-p{pairs}", "*-s1")))
-    configs = sorted({os.path.basename(p).rsplit("-s", 1)[0] for p in others}, key=lambda c: (c != "mha4", c))
-    rows = []
-    for config in configs:
-        base = os.path.join(folder, f"w128-t64-p{pairs}", f"{config}-s1")   # the run at the width-64 rate
-        paths = ([base] if os.path.isdir(base) else []) + [p for p in others if os.path.basename(p) == f"{config}-s1"]
-        for path in paths:
-            s = Run(path).results
-            reached = s.get("target_reached_iter")
-            rate = fmt_sci(s["learning_rate"]) + (" (width 64's)" if path == base else "")
-            rows.append([str(pairs), config, rate, f"{s['test_acc']:.3f}", f"{reached:,}" if reached else "-"])
-    return rows
-
-
-RUNGS = ("mha4", "linear", "retnet", "gla", "deltanet", "gated_deltanet", "deltanet_noconv",
-         "gated_deltanet_noconv", "gla_mha", "gdn_mha")
 TABLES = {
-    "mqar-layout": mqar_layout,
-    "recall-anchor-lr": anchor_lr,
-    "recall-anchor-seeds": anchor_seeds,
-    "recall-tune-status": tune_status,
     "recall-reach": reach,
-    "recall-reach-cost": reach_cost,
     "recall-study-w64": lambda root: study_table(root, 64),
-    "recall-study-w128": lambda root: study_table(root, 128),
-    "recall-w128-rates": width_rates,
-    # docs/linear.md: the linear family's rungs, the delta rule and the hybrids, mha4 first for reference
-    "recall-rungs-w64": lambda root: study_table(root, 64, RUNGS),
-    "recall-rungs-w128": lambda root: study_table(root, 128, RUNGS),
     "recall-conv": conv_ablation,
-    # docs/linear.md: GLA with the convolution against the delta rule as pairs grow (tools.recall --out crowd)
-    "recall-crowd": lambda root: study_table(root, 64, folder="crowd", fmt=recall.cell),
 }

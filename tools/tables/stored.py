@@ -87,26 +87,11 @@ def window_bound(study, eval_file):
     return table
 
 
-CACHE = ["mha", "gqa", "mqa", "mla"]
 FLOPS = ["mha", "mla", "bigbird", "gla"]
 DELTA = ["mha", "gla", "deltanet", "gated_deltanet", "gdn_mha"]
-DELTA_STEPS = [("gla", "deltanet", "the delta rule for GLA's decayed sum"),
-               ("deltanet", "gated_deltanet", "a per-head decay"),
-               ("gla", "gated_deltanet", "both"),
-               ("gated_deltanet", "gdn_mha", "the top layer softmax")]
 TABLES = {
-    "cache256-runs": runs_table("cache256", CACHE),
     "cache256-paired-test": paired_table("cache256", ["mla", "mqa", "gqa"], "test"),
-    "cache256-paired-val": paired_table("cache256", ["mla", "mqa", "gqa"], "best_val"),
-    "cache256-vs-mha-test": paired_table("cache256", CACHE, "test"),
-    "flops256-causal-runs": runs_table("flops256-causal", FLOPS),
     "flops256-causal-paired-test": paired_table("flops256-causal", FLOPS, "test"),
-    "flops256-causal-paired-val": paired_table("flops256-causal", FLOPS, "best_val"),
-    "flops256-causal-plan": plan_table("flops256-causal"),
     "sparse512-window": window_bound("sparse512-window", "eval_window.json"),
-    "ladder256-delta-runs": runs_table("ladder256_delta", DELTA),
     "ladder256-delta-paired-test": paired_table("ladder256_delta", DELTA, "test"),
-    "ladder256-delta-paired-val": paired_table("ladder256_delta", DELTA, "best_val"),
-    "ladder256-delta-plan": plan_table("ladder256_delta"),
-    "ladder256-delta-steps": steps_table("ladder256_delta", DELTA_STEPS, "test"),
 }
