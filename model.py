@@ -92,6 +92,9 @@ class GPTConfig:
     gla_conv: int = 0             # taps of a short causal convolution (then SiLU) on q, k and v before phi and RoPE
                                   # (fla's use_short_conv, 4 there); 0 = none. Its last gla_conv - 1 inputs join
                                   # the decoding state
+    # --- FoX (attention/fox.py): softmax with a data-dependent forget gate, log f_t summed into the scores ---
+    fox_pro: bool = False         # the paper's "Pro" attention parts: QK-norm (per-head RMSNorm on q, k) and the
+                                  # sigmoid output gate; off: FoX differs from MHA in the forget gate alone
     # --- conv (attention/conv.py): Zoology's BaseConv as a layer of a plan, e.g. attention="conv,mha" ---
     conv_taps: int = 3            # taps of its depthwise causal convolution (Zoology's 3); its last conv_taps - 1
                                   # inputs are its decoding state

@@ -78,7 +78,7 @@ import torch.nn.functional as F
 from attention import record
 from attention.cache import KVCache
 from attention.dispatch import ATTN_IMPLS, check_impl_runs_on, choose_impl  # noqa: F401  (public here too)
-from attention.positional import RoPE, alibi_bias, alibi_slopes, visible_keys
+from attention.positional import RoPE, alibi_slopes, score_bias, visible_keys
 from attn_kernels.gla_chunked import fp32
 
 
@@ -292,12 +292,14 @@ class QKVAttention(Attention):
         return {"forward": case, "decode": case}
 
 
-def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, scale=None,
+def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, forget=None, keep=None, window=None, scale=None,
            dropout_p: float = 0.0, impl: str = "sdpa", sees_all_keys: bool = False) -> torch.Tensor:
     """Causal softmax attention by absolute positions.
 
     q: (B, H, Tq, Dqk)   k: (B, Hkv, Tk, Dqk)   v: (B, Hkv, Tk, Dv)   H % Hkv == 0
     q_pos: (Tq,)  k_pos: (Tk,)   query i sees key j iff k_pos[j] <= q_pos[i], in any order of the keys
+    forget: optional (c_q (B, H, Tq), c_k (B, H, Tk)) fp32, FoX's cumulative log forget gates: the score
+    bias c_q[i] - c_k[j] (attention/fox.py)
     alibi_slopes: (H,) or None    keep: optional bool (Tq, Tk), (H, Tq, Tk) or (B, H, Tq, Tk) extra mask
     window: optional int W: query i sees only keys with k_pos[j] > q_pos[i] - W (its last W positions)
     sees_all_keys: the caller knows that positions let every query see every key (one token after a
@@ -306,19 +308,22 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, keep=None, window=None, 
     """
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     if record.state is not None:  # analyze.py is recording: plain math that keeps the probabilities
-        return record.recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p, window)
+        return record.recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p, window, forget)
     # The kernel aligns causality bottom-right, which is what positions mean here: the
     # keys of a cache are contiguous and end at the last query.
     if impl == "triton":  # attention/dispatch.py chose it: no keep mask, no dropout
         if keep is not None:  # the kernel would drop it: a silently wrong result on CUDA only
             raise ValueError("attend: keep= cannot run on the flash kernel, which takes no element mask; declare "
                              "masked=True in the layer's kernel_cases so that dispatch picks PyTorch")
+        if forget is not None:
+            raise ValueError("attend: forget= cannot run on the flash kernel, which takes no forget-gate bias; "
+                             "the layer's kernel_cases must name no kernel for it")
         from attn_kernels.flash_attn import flash_attention  # keys in position order, ending at the last query
         return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes, window=window)
 
     unmasked = sees_all_keys and keep is None and window is None and impl != "naive"
     allowed = None if unmasked else visible_keys(q_pos, k_pos, keep, window)   # (Tq, Tk) or keep's shape
-    bias = alibi_bias(alibi_slopes, q_pos, k_pos) if alibi_slopes is not None else None
+    bias = score_bias(alibi_slopes, forget, q_pos, k_pos)   # (H, Tq, Tk), (B, H, Tq, Tk) or None
     if impl == "naive":
         return _naive_attention(q, k, v, allowed, bias, scale, dropout_p)
     plain_causal = bias is None and not unmasked and keep is None and window is None and q.size(2) == k.size(2)
@@ -364,7 +369,7 @@ def _naive_attention(q, k, v, allowed, bias, scale, dropout_p):
         allowed = allowed.view(*allowed.shape[:-3], Hkv, H // Hkv, Tq, -1)
     scores = (qg @ k.unsqueeze(2).transpose(-1, -2)).float() * scale  # (B, Hkv, G, Tq, Tk)
     if bias is not None:
-        scores = scores + bias.view(Hkv, H // Hkv, *bias.shape[1:])
+        scores = scores + bias.view(*bias.shape[:-3], Hkv, H // Hkv, *bias.shape[-2:])
     scores = scores.masked_fill(~allowed, float("-inf"))
     probs = F.dropout(scores.softmax(dim=-1), p=dropout_p).to(v.dtype)
     return (probs @ v.unsqueeze(2)).reshape(B, H, Tq, -1)

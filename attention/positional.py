@@ -274,6 +274,16 @@ def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -
     return -slopes.to(q_pos.device)[:, None, None] * distance
 
 
+def score_bias(alibi_slopes, forget, q_pos, k_pos):
+    """The additive score bias: ALiBi's (H, Tq, Tk), plus FoX's c_q[i] - c_k[j] (B, H, Tq, Tk); None if neither."""
+    bias = alibi_bias(alibi_slopes, q_pos, k_pos) if alibi_slopes is not None else None
+    if forget is not None:
+        c_q, c_k = forget
+        gap = c_q[..., :, None] - c_k[..., None, :]
+        bias = gap if bias is None else bias + gap
+    return bias
+
+
 def visible_keys(q_pos, k_pos, keep=None, window=None):
     """Which keys each query may see (bool, (Tq, Tk), or keep's shape): causal by position, within
     the window, and kept."""

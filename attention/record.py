@@ -11,7 +11,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from attention.positional import alibi_bias, visible_keys
+from attention.positional import score_bias, visible_keys
 
 state = None   # {"records": [...], "force_uniform": bool} while record_attention is active
 
@@ -48,7 +48,7 @@ def record_weights(probs, allowed):
         state["records"].append({"probs": probs.detach().float(), "allowed": allowed})
 
 
-def recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p, window=None):
+def recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout_p, window=None, forget=None):
     """`attend` in plain math, keeping the probabilities (see record_attention)."""
     G = q.size(1) // k.size(1)
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)   # a KV head per query head
@@ -56,8 +56,8 @@ def recorded_attention(q, k, v, q_pos, k_pos, alibi_slopes, keep, scale, dropout
     scores = (q.float() @ k.float().transpose(-1, -2)) * scale          # (B, H, Tq, Tk)
     if state["force_uniform"]:
         scores = torch.zeros_like(scores)
-    elif alibi_slopes is not None:
-        scores = scores + alibi_bias(alibi_slopes, q_pos, k_pos)
+    elif alibi_slopes is not None or forget is not None:
+        scores = scores + score_bias(alibi_slopes, forget, q_pos, k_pos)
     probs = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
     state["records"].append({"probs": probs.detach(), "allowed": allowed, "q_pos": q_pos, "k_pos": k_pos})
     return (F.dropout(probs, p=dropout_p) @ v.float()).to(v.dtype)

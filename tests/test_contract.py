@@ -13,7 +13,8 @@ VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
                   "bigbird": dict(sparse_block=4, sparse_window=2), "gla": dict(gla_chunk=8),
                   "linear": dict(gla_chunk=8), "retnet": dict(gla_chunk=8), "efficient": dict(gla_chunk=8),
                   "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2),
-                  "deltanet": dict(delta_chunk=8), "gated_deltanet": dict(delta_chunk=8), "conv": {}}
+                  "deltanet": dict(delta_chunk=8), "gated_deltanet": dict(delta_chunk=8), "conv": {},
+                  "fox": {}}
 
 
 CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS
