@@ -131,23 +131,23 @@ def test_the_answer_tables_memory_is_the_formula_at_gpt2_124m():
         assert rows[config][2] == f"{verdict}, {delta}"
 
 
-def test_the_scorecards_recall_is_the_mean_of_the_recall_runs_own_test_accuracy():
-    """README and results.md: MQAR accuracy is the mean of the stored runs' test_eval.json over the cell's seeds
-    (seed 1 from the learning-rate tuning, seeds 2 and 3 where stored; mha from the recall study's 4-head mha4),
-    "-" where the recall study has no run of that name."""
-    recall = os.path.join(ROOT, "docs/results/recall")
+def test_the_scorecards_recall_is_the_mean_of_zoologys_stored_runs_own_test_accuracy():
+    """results.md's scorecard: MQAR accuracy is the mean of the stored runs' test_eval.json over the seeds of
+    Zoology's cell at loss.RECALL_PAIRS pairs, width 64 (mha: the anchor's 4-head mha4, the families' the
+    rest), "-" where no run of that name is stored."""
+    from tools.tables.loss import RECALL_PAIRS
+    zoo = os.path.join(ROOT, "docs/results/zoology")
 
-    def test_acc(name):
-        runs = [os.path.join(recall, "tune-w64-t64-p4", f"{name}-s1")]
-        runs += sorted(glob.glob(os.path.join(recall, "w64-t64-p4", f"{name}-s[0-9]")))
+    def test_acc(folder, name):
         accs = []
-        for run in runs:
+        for run in sorted(glob.glob(os.path.join(zoo, folder, f"{name}-s[0-9]"))):
             with open(os.path.join(run, "test_eval.json")) as f:
                 accs.append(json.load(f)[0]["test_acc"])
-        return sum(accs) / len(accs)
+        return f"{sum(accs) / len(accs):.3f} ({RECALL_PAIRS})" if accs else "-"
     card = generated("docs/results.md", "fair256-scorecard")
-    for config, name in (("mha", "mha4"), ("gla", "gla"), ("bigbird", "bigbird")):
-        assert card[config][5] == f"{test_acc(name):.3f} (4)"
+    assert card["mha"][5] == test_acc(f"anchor-w64-p{RECALL_PAIRS}", "mha4") != "-"
+    for config in ("gla", "bigbird", "mla"):
+        assert card[config][5] == test_acc(f"w64-p{RECALL_PAIRS}", config)
     assert card["gla_nodecay"][5] == "-" and card["mha_gate"][5] == "-"
 
 

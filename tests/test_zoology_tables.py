@@ -50,12 +50,40 @@ def test_the_anchor_row_is_the_stored_runs(tmp_path):
 
 def test_an_unsolved_seed_changes_the_count_and_the_answer_column(tmp_path):
     folder = stored_copy(tmp_path)
-    path = folder / "mha-s2" / "test_eval.json"
-    rows = json.loads(path.read_text())
-    rows[0]["test_acc"] = 0.5
-    path.write_text(json.dumps(rows))
+    for config in ("mha", "mha4"):
+        path = folder / f"{config}-s2" / "test_eval.json"
+        rows = json.loads(path.read_text())
+        rows[0]["test_acc"] = 0.5
+        path.write_text(json.dumps(rows))
     accs, _ = raw(folder, "mha")
     row = row_of(zoology.TABLES["zoology-anchor"](str(tmp_path)), "mha")
     assert row["solved (test acc >= 0.95)"] == f"{len(accs) - 1}/{len(accs)}"
-    assert answer.recall(str(tmp_path), "mha") == f"{statistics.mean(accs):.2f} / - / -"
+    # the answer's MHA row is the 4-head anchor (every family has 4 query heads)
+    assert answer.recall(str(tmp_path), "mha") == f"{statistics.mean(raw(folder, 'mha4')[0]):.2f} / - / -"
     assert answer.recall(str(tmp_path), "gla") == "- / - / -"
+
+
+def group(config, pairs, acc, n=1):
+    """One of tools.recall's groups (recall.json), with only what the table reads."""
+    return {"config": config, "width": 64, "row_len": 64, "pairs": pairs, "n": n, "acc": acc,
+            "acc_interval": [acc, acc], "solved": int(acc >= 0.95) * n, "steps": None, "reached": 0,
+            "params": 1000 + len(config), "bytes_per_seq": 10 * len(config), "learning_rates": [0.01],
+            "rates_tried": 1}
+
+
+def test_the_study_table_puts_each_cell_beside_the_older_setups(tmp_path):
+    """zoology-study-w64: per pair count, Zoology's cell then the older setup's (docs/results/recall/study),
+    each read from its own recall.json; '-' where the older setup has no such config."""
+    new = [group("gla", 8, 0.91), group("mha4", 8, 0.99, n=3), group("chance", 8, 0.125)]
+    old = [group("gla", 8, 0.42), group("chance", 8, 0.125), group("gla", 4, 0.33)]
+    for study, groups in (("zoology", new), ("recall", old)):
+        path = tmp_path / "docs" / "results" / study / "study" / "recall.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(groups))
+    table = zoology.TABLES["zoology-study-w64"](str(tmp_path))
+    gla, mha4 = row_of(table, "gla"), row_of(table, "mha4")
+    assert gla["8 pairs"].startswith("0.910; 0/1") and gla["8 pairs, older setup"].startswith("0.420; 0/1")
+    assert mha4["8 pairs"].startswith("0.990 [0.990, 0.990]; 3/3") and mha4["8 pairs, older setup"] == "-"
+    assert gla["params"] == "1,003" and gla["bytes kept / sequence"] == "30"
+    assert "4 pairs" not in table[0]   # the older setup's other cells are not columns of their own
+    assert row_of(table, "chance (from the files)")["8 pairs"] == "0.125"

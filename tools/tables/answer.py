@@ -4,22 +4,19 @@ that measured it (nothing here is measured anew):
     quality   the loss study that holds the variant, its paired test verdict against that study's MHA
               (fair256, sparse512, ladder256: table.json; ladder256_delta: its stored runs)
     recall    Zoology's MQAR model (docs/results/zoology/): test accuracy at 4, 8 and 16 pairs, width 64,
-              the mean over the seeds stored (the anchor's folders for mha, the families' for the rest)
+              the mean over the seeds stored (the anchor's 4-head mha4 for mha, the families' for the rest)
     memory    tools.plan at GPT-2 124M's shape: decoding bytes per token of a sequence at 4k and 32k
               tokens (the K/V cache in bf16 plus a constant state in fp32, over the context)
     speed     tools.bench's cpu suite (docs/results/speed/cpu.json): MHA's ms per training step and per
               decoded token at 4k context over the variant's (above 1x: faster than MHA)
 """
-import glob
 import json
 import os
-import statistics
 
 from tools import compare
-from tools.tables import stored
+from tools.tables import stored, zoology
 from tools.tables.cost import BIGBIRD_ITC, SHAPES, plan_rows
 from tools.tables.source import delta, md_table, results_dir, study
-from trainer.rundir import Run
 
 LONG = 32768
 CONTEXTS = (4096, LONG)
@@ -66,14 +63,9 @@ def quality(root, variant, name, verdicts):
 
 
 def recall(root, variant):
-    """'0.996 / 0.997 / 0.999': mean test accuracy per pair count; '-' where the cell is not stored yet."""
-    cells = []
-    for pairs in PAIRS:
-        folder = f"anchor-w64-p{pairs}" if variant == "mha" else f"w64-p{pairs}"
-        runs = [Run(p).results for p in glob.glob(os.path.join(results_dir(root, "zoology"), folder, f"{variant}-s*"))]
-        accs = [r["test_acc"] for r in runs if r.get("test_acc") is not None]
-        cells.append(f"{statistics.mean(accs):.2f}" if accs else "-")
-    return " / ".join(cells)
+    """'0.99 / 0.99 / 1.00': mean test accuracy per pair count; '-' where the cell is not stored yet."""
+    accs = [zoology.test_accuracy(root, variant, pairs) for pairs in PAIRS]
+    return " / ".join("-" if a is None else f"{a:.2f}" for a in accs)
 
 
 def fmt_bytes(b):

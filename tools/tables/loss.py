@@ -2,10 +2,9 @@
 in the formats tools.compare and tools.scorecard print, from docs/results/<study>/table.json and the
 configs built on the meta device (parameters, cache and state bytes, iterations, training FLOPs).
 """
-import json
-import os
 
 from tools import budget, compare, scorecard
+from tools.tables import zoology
 from tools.tables.source import (
     cache_bytes,
     delta,
@@ -13,7 +12,6 @@ from tools.tables.source import (
     md_table,
     mean_sd,
     model_of,
-    results_dir,
     state_bytes,
     study,
     verdict,
@@ -93,27 +91,24 @@ def fair256_params(root):
                      "params matched"], rows)
 
 
-# The scorecards' recall column: the recall study's cell of 64-token rows with 4 pairs at width 64, its
-# configs read by the loss study's names (its 4-head softmax is mha4); configs it lacks get "-".
-RECALL_CELL = {"row_len": 64, "pairs": 4, "width": 64}
-RECALL_AS = {"mha": "mha4"}
+# The scorecard's recall column: Zoology's MQAR model at 64-token rows, width 64, RECALL_PAIRS pairs
+# (tools/tables/zoology.py: mha reads the anchor's 4-head mha4); configs the families lack get "-".
+RECALL_PAIRS = 8
 
 
-def recall_accuracy(root):
-    """{recall study config: (accuracy, pairs)} at RECALL_CELL (docs/results/recall/study/recall.json)."""
-    with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
-        groups = json.load(f)
-    return {g["config"]: (g["acc"], g["pairs"]) for g in groups
-            if all(g[k] == v for k, v in RECALL_CELL.items()) and g["config"] != "chance"}
+def recall_accuracy(root, configs):
+    """{config: (accuracy, pairs)} of the configs stored in Zoology's cell of RECALL_PAIRS pairs."""
+    accs = {c: zoology.test_accuracy(root, c, RECALL_PAIRS) for c in configs}
+    return {c: (a, RECALL_PAIRS) for c, a in accs.items() if a is not None}
 
 
 def scorecard_rows(st, recall):
     """tools.scorecard's rows of the fair study: the file's numbers, the cache and state from the code,
-    recall from the recall study (recall_accuracy)."""
+    recall from Zoology's cells (recall_accuracy)."""
     card, rows = st["scorecard"], []
     for c, sc in card["rows"].items():
         m, r, p = model(st, c), st["runs"][c], st["paired"]["test"].get(c)
-        acc, pairs = recall.get(RECALL_AS.get(c, c), (None, None))
+        acc, pairs = recall.get(c, (None, None))
         rows.append({"config": c, "attention": m.config.attention, "pos_encoding": m.config.pos_encoding,
                      "n": r["n"], "metric": "test_loss", "loss": r["test"][0], "loss_ci95_half": sc["test_ci95_half"],
                      "delta": p and p["mean"], "delta_ci95": p and p["ci95"], "verdict": p and p["verdict"],
@@ -125,7 +120,8 @@ def scorecard_rows(st, recall):
 
 
 def fair256_scorecard(root):
-    return scorecard.table_lines(scorecard_rows(study(root, "fair256"), recall_accuracy(root)), "mha")
+    st = study(root, "fair256")
+    return scorecard.table_lines(scorecard_rows(st, recall_accuracy(root, st["runs"])), "mha")
 
 
 def sparse512_results(root):

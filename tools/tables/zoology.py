@@ -1,20 +1,26 @@
 """docs/recall.md's tables on Zoology's footing (config/zoology/: a conv layer, the mixer, no MLP): the
 softmax anchor's cells (docs/results/zoology/anchor-w<width>-p<pairs>/: 3 seeds, up to 64,000 steps) and
 the families' (docs/results/zoology/w<width>-p<pairs>/: seed 1, 16,000 steps), as tools.sweep wrote them:
-plan.json, lr/<config>-lr<rate>-s1/ and <config>-s<seed>/, each summary.json and test_eval.json.
+plan.json, lr/<config>-lr<rate>-s1/ and <config>-s<seed>/, each summary.json and test_eval.json; and
+tools.recall's groups over those runs (docs/results/zoology/study/: recall.json and Zoology's figure,
+recall.png) beside the older setup's (docs/results/recall/study: no shared convolution, 4,000 steps).
 """
 import glob
+import json
 import os
 import re
 import statistics
 
 from tools import compare
-from tools.tables.mqar import lr_runs
+from tools.tables.mqar import lr_runs, study_cell
 from tools.tables.source import fmt_sci, md_table, results_dir
 from trainer.rundir import Run
 
 SOLVED = 0.95   # test accuracy that counts as solved (the issue's threshold; Zoology stops at val 0.99)
 CELL = re.compile(r"/(anchor-)?w(\d+)-p(\d+)$")
+# the families' softmax reference: every other family has 4 query heads, so MHA's row reads the anchor's
+# 4-head mha4 (3 seeds), not the families' 1-head mha
+REFERENCE = {"mha": "mha4"}
 
 
 def cells(root, anchor):
@@ -72,4 +78,39 @@ def cells_table(root, anchor):
                            for w, p, c, probes, chosen, accs, solved, median in rows])
 
 
-TABLES = {"zoology-anchor": cell_table(anchor=True), "zoology-families": cell_table(anchor=False)}
+def test_accuracy(root, variant, pairs, width=64):
+    """The mean test accuracy of a variant's stored seeds in one cell (mha: the anchor's mha4); None if none."""
+    name = REFERENCE.get(variant)
+    folder = f"anchor-w{width}-p{pairs}" if name else f"w{width}-p{pairs}"
+    runs = seed_runs(os.path.join(results_dir(root, "zoology"), folder), name or variant)
+    accs = [r["test_acc"] for r in runs if r.get("test_acc") is not None]
+    return statistics.mean(accs) if accs else None
+
+
+def groups(root, study):
+    with open(os.path.join(results_dir(root, study), "study", "recall.json")) as f:
+        return json.load(f)
+
+
+def study_vs_older(root, width=64):
+    """A row per config of tools.recall's groups on Zoology's model (docs/results/zoology/study): params,
+    bytes kept, then per pair count the cell and the older setup's (no shared convolution, 4,000 steps;
+    docs/results/recall/study) beside it; the chance row last."""
+    new, old = groups(root, "zoology"), groups(root, "recall")
+    mine = {(g["config"], g["pairs"]): g for g in new if g["width"] in (width, None)}
+    older = {(g["config"], g["pairs"]): g for g in old if g["width"] in (width, None)}
+    pairs = sorted({g["pairs"] for g in new})
+    rows = []
+    for c in dict.fromkeys(g["config"] for g in new if g["config"] != "chance"):
+        first = next(g for (name, _), g in mine.items() if name == c)
+        rows.append([c, f"{first['params']:,}", f"{first['bytes_per_seq']:,}",
+                     *(study_cell(d.get((c, p))) for p in pairs for d in (mine, older))])
+    rows.append(["chance (from the files)", "-", "0", *(study_cell(mine.get(("chance", p))) for p in pairs
+                                                         for _ in (0, 1))])
+    head = ["config", "params", "bytes kept / sequence"]
+    head += [f"{p} pairs{s}" for p in pairs for s in ("", ", older setup")]
+    return md_table(head, rows)
+
+
+TABLES = {"zoology-anchor": cell_table(anchor=True), "zoology-families": cell_table(anchor=False),
+          "zoology-study-w64": study_vs_older}
