@@ -315,11 +315,9 @@ def attend(q, k, v, q_pos, k_pos, *, alibi_slopes=None, forget=None, keep=None, 
         if keep is not None:  # the kernel would drop it: a silently wrong result on CUDA only
             raise ValueError("attend: keep= cannot run on the flash kernel, which takes no element mask; declare "
                              "masked=True in the layer's kernel_cases so that dispatch picks PyTorch")
-        if forget is not None:
-            raise ValueError("attend: forget= cannot run on the flash kernel, which takes no forget-gate bias; "
-                             "the layer's kernel_cases must name no kernel for it")
         from attn_kernels.flash_attn import flash_attention  # keys in position order, ending at the last query
-        return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes, window=window)
+        return flash_attention(q, k, v, causal=True, softmax_scale=scale, alibi_slopes=alibi_slopes, window=window,
+                               forget=forget)
 
     unmasked = sees_all_keys and keep is None and window is None and impl != "naive"
     allowed = None if unmasked else visible_keys(q_pos, k_pos, keep, window)   # (Tq, Tk) or keep's shape

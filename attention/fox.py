@@ -18,8 +18,10 @@ fox_pro adds the paper's "Pro" block parts that touch attention: a per-head RMSN
 MHA then differs in the forget gate alone (H * (C + 1) parameters per layer). The Pro variant's
 KV-shift and output norm are not built.
 
-Paths: `attend` with the bias c_i - c_j (sdpa: one additive float mask (B, H, Tq, Tk); naive: the
-plain math). The flash kernel takes no forget-gate bias yet: dispatch runs PyTorch on every path.
+Paths: `attend` with the bias c_i - c_j: triton (auto on CUDA) the flash kernel, which reads c per tile
+(attn_kernels/flash_attn.py `forget=`: no T x T tensor, dc in its backward); sdpa one additive float
+mask (B, H, Tq, Tk); naive the plain math. QKVAttention's kernel_cases: one case for training, prefill
+and decoding steps.
 """
 import torch.nn as nn
 import torch.nn.functional as F
@@ -86,6 +88,3 @@ class ForgettingAttention(QKVAttention):
     def cache_elems_per_token(self) -> int:
         return 2 * self.n_kv_head * self.head_dim + self.n_head
 
-    def kernel_cases(self) -> dict:
-        why = {"why": "the flash kernel takes no forget-gate bias yet"}
-        return {"forward": (None, why), "decode": (None, why)}

@@ -1,6 +1,7 @@
 """FlashAttention-2 in Triton, forward and backward, for training.
 
-    o = flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None)
+    o = flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
+                        forget=None)
 
 q (B, H, Tq, Dqk), k (B, Hkv, Tk, Dqk), v (B, Hkv, Tk, Dv); fp16, bf16 or fp32, fp32 accumulation.
 
@@ -20,6 +21,9 @@ Conventions
     j <= i + Tk - Tq. A query row that sees no key gets output 0 and lse = -inf.
   * ALiBi: bias = slope[h] * (j - (i + Tk - Tq)) for every (i, j) pair, causal or not.
     Slopes are constants (no gradient).
+  * forget (FoX, attention/fox.py): (c_q (B, H, Tq), c_k (B, H, Tk)) fp32, bias = c_q[i] - c_k[j],
+    loaded per tile (no T x T tensor); differentiable: dc_q[i] = sum_j dS[i, j] (the dQ kernel),
+    dc_k[j] = -sum_i dS[i, j] (the dK/dV kernel, per query head of the group).
   * block_layout: bool/int tensor (n_q_blocks, n_k_blocks) or (H, n_q_blocks, n_k_blocks) at
     granularity `block_size` tokens (default 64); query block qb visits key block kb iff
     layout[.., qb, kb]. It may be larger than needed (it is cropped). Tokens in blocks that are
@@ -141,16 +145,29 @@ def _alibi_slope2(SLOPES, h, HAS_ALIBI: tl.constexpr):
     return 0.0
 
 
+@triton.jit
+def _forget2(C, offs, T, HAS_FORGET: tl.constexpr):
+    """FoX's cumulative log forget gates at offs, in base 2 (zeros without them: one return type)."""
+    if HAS_FORGET:
+        c = tl.load(C + offs, mask=offs < T, other=0.0) * _LOG2E
+    else:
+        c = tl.zeros(offs.shape, tl.float32)
+    return c
+
+
 # ----------------------------------------------------------------------------- forward
 
 @triton.jit
-def _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2, MASKED: tl.constexpr,
-                CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
-    """Base-2 scores of a query tile against a key tile, with ALiBi and the masks:
-    q [BLOCK_M, BLOCK_DQK], kt [BLOCK_DQK, BLOCK_N] -> [BLOCK_M, BLOCK_N] (-inf where hidden)."""
+def _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2, cq2, ck2, MASKED: tl.constexpr,
+                CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_FORGET: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Base-2 scores of a query tile against a key tile, with ALiBi, FoX's gates and the masks:
+    q [BLOCK_M, BLOCK_DQK], kt [BLOCK_DQK, BLOCK_N] -> [BLOCK_M, BLOCK_N] (-inf where hidden);
+    cq2 [BLOCK_M], ck2 [BLOCK_N]: the cumulative log gates in base 2."""
     s = tl.dot(q, kt, input_precision=DOT_PREC) * qk_scale
     if HAS_ALIBI:
         s += slope2 * (offs_n[None, :] - (offs_m[:, None] + diag)).to(tl.float32)
+    if HAS_FORGET:
+        s += cq2[:, None] - ck2[None, :]
     if MASKED:
         visible = offs_n[None, :] < Tk
         if CAUSAL:  # and the window: key j within the last `window` positions of query i
@@ -161,15 +178,17 @@ def _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2, MASKE
 
 
 @triton.jit
-def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd, stride_vt,
-              stride_vd, Tk, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-              MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
+def _fwd_tile(acc, m_i, l_i, q, K, V, CK, cq2, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd,
+              stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr,
+              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr,
+              HAS_FORGET: tl.constexpr, DOT_PREC: tl.constexpr):
     """One step of the online softmax: fold the key tile at start_n into (acc, m_i, l_i)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kt = tl.load(K + offs_n[None, :] * stride_kt + offs_dqk[:, None] * stride_kd,
                  mask=(offs_n[None, :] < Tk) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_N]
-    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2,
-                    MASKED, CAUSAL, HAS_ALIBI, DOT_PREC)  # [BLOCK_M, BLOCK_N], base-2 logits
+    ck2 = _forget2(CK, offs_n, Tk, HAS_FORGET)  # [BLOCK_N]
+    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2, cq2, ck2,
+                    MASKED, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)  # [BLOCK_M, BLOCK_N], base-2 logits
     # running max; a row with nothing visible yet keeps m = -inf, so use 0 as its pivot
     m_new = tl.maximum(m_i, tl.max(s, 1))  # [BLOCK_M]
     m_pivot = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -184,13 +203,13 @@ def _fwd_tile(acc, m_i, l_i, q, K, V, start_n, offs_m, offs_dqk, offs_dv, stride
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
+def _fwd_kernel(Q, K, V, O, LSE, SLOPES, CQ, CK, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
                 stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
                 stride_vb, stride_vh, stride_vt, stride_vd, stride_ob, stride_oh, stride_ot, stride_od,
                 H, GROUP, Tq, Tk, window, qk_scale,
                 DQK: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_ALIBI: tl.constexpr, HAS_LAYOUT: tl.constexpr, DOT_PREC: tl.constexpr):
+                HAS_ALIBI: tl.constexpr, HAS_FORGET: tl.constexpr, HAS_LAYOUT: tl.constexpr, DOT_PREC: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)  # int64 base offsets: B*H*T*D may exceed 2**31
@@ -201,6 +220,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
     V += b * stride_vb + hkv * stride_vh
     O += b * stride_ob + h.to(tl.int64) * stride_oh
     LSE += pid_bh.to(tl.int64) * Tq
+    CQ += pid_bh.to(tl.int64) * Tq
+    CK += pid_bh.to(tl.int64) * Tk
 
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -210,6 +231,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
     q = tl.load(Q + offs_m[:, None] * stride_qt + offs_dqk[None, :] * stride_qd,
                 mask=(offs_m[:, None] < Tq) & (offs_dqk[None, :] < DQK), other=0.0)  # [BLOCK_M, BLOCK_DQK]
     slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
+    cq2 = _forget2(CQ, offs_m, Tq, HAS_FORGET)  # [BLOCK_M]
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max (base 2)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)  # unnormalised output
@@ -217,18 +239,18 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
     lut, n_lo, n_mid, n_full, n_end = _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk,
                                                  window, BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)
     for nb in range(n_lo, n_mid):  # the window's far edge: masked
-        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
+        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, CK, cq2, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
                                   stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
-                                  DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
+                                  DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)
     for nb in range(n_mid, n_full):  # inner tiles: no mask
-        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
+        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, CK, cq2, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
                                   stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
-                                  DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, DOT_PREC)
+                                  DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)
     for i in range(n_full, n_end):  # diagonal / ragged / block-sparse tiles: masked
         nb = _listed_tile(lut, i, HAS_LAYOUT)
-        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
+        acc, m_i, l_i = _fwd_tile(acc, m_i, l_i, q, K, V, CK, cq2, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
                                   stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
-                                  DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
+                                  DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)
 
     # epilogue: normalise; rows that saw no key get o = 0 and lse = -inf
     empty = l_i == 0.0
@@ -269,10 +291,11 @@ def _load_lse2(LSE, offs, T):
 
 
 @triton.jit
-def _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, offs_dqk, offs_dv, stride_qt, stride_qd,
-               stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr,
-               BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
-    """Add the contribution of the query tile at start_m to this key tile's dK and dV."""
+def _dkdv_tile(dk, dv, dck, k, v, Q, DO, LSE, DELTA, CQ, ck2, start_m, offs_n, offs_dqk, offs_dv, stride_qt,
+               stride_qd, stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2, DQK: tl.constexpr,
+               DV: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_ALIBI: tl.constexpr,
+               HAS_FORGET: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Add the contribution of the query tile at start_m to this key tile's dK and dV (and dc_k)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     qt = tl.load(Q + offs_m[None, :] * stride_qt + offs_dqk[:, None] * stride_qd,
                  mask=(offs_m[None, :] < Tq) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_M]
@@ -284,6 +307,8 @@ def _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, offs_dqk, offs_
     st = tl.dot(k, qt, input_precision=DOT_PREC) * qk_scale  # [BLOCK_N, BLOCK_M]
     if HAS_ALIBI:
         st += slope2 * (offs_n[:, None] - (offs_m[None, :] + diag)).to(tl.float32)
+    if HAS_FORGET:  # c_q[i] - c_k[j], transposed
+        st += _forget2(CQ, offs_m, Tq, HAS_FORGET)[None, :] - ck2[:, None]
     if MASKED:  # causal only (and the window): keys past Tk do not matter here (their rows are never stored)
         visible = (offs_n[:, None] <= offs_m[None, :] + diag) & (offs_n[:, None] > offs_m[None, :] + diag - window)
         st = tl.where(visible, st, float("-inf"))
@@ -292,18 +317,21 @@ def _dkdv_tile(dk, dv, k, v, Q, DO, LSE, DELTA, start_m, offs_n, offs_dqk, offs_
     dpt = tl.dot(v, tl.trans(do), input_precision=DOT_PREC)  # dP^T = V dO^T  [BLOCK_N, BLOCK_M]
     dst = pt * (dpt - delta[None, :])  # dS^T = P^T * (dP^T - delta)
     dk = tl.dot(dst.to(qt.dtype), tl.trans(qt), dk, input_precision=DOT_PREC)  # dK += dS^T Q
-    return dk, dv
+    if HAS_FORGET:  # the bias's gradient is dS itself; c_k enters it with a minus sign
+        dck -= tl.sum(dst, 1)
+    return dk, dv, dck
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
+def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, CQ, CK, DCK, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
                      stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
                      stride_vb, stride_vh, stride_vt, stride_vd, stride_dob, stride_doh, stride_dot, stride_dod,
                      stride_dkb, stride_dkh, stride_dkt, stride_dkd, stride_dvb, stride_dvh, stride_dvt, stride_dvd,
                      H, HKV, GROUP, Tq, Tk, window, sm_scale, qk_scale,
                      DQK: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
-                     HAS_ALIBI: tl.constexpr, HAS_LAYOUT: tl.constexpr, DOT_PREC: tl.constexpr):
+                     HAS_ALIBI: tl.constexpr, HAS_FORGET: tl.constexpr, HAS_LAYOUT: tl.constexpr,
+                     DOT_PREC: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)  # over batch * KV heads
     b = pid_bh // HKV
@@ -329,21 +357,28 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut
         LSEh = LSE + (b * H + h).to(tl.int64) * Tq
         DELTAh = DELTA + (b * H + h).to(tl.int64) * Tq
         slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
+        CQh = CQ + (b * H + h).to(tl.int64) * Tq
+        ck2 = _forget2(CK + (b * H + h).to(tl.int64) * Tk, offs_n, Tk, HAS_FORGET)  # [BLOCK_N]
+        dck = tl.zeros([BLOCK_N], tl.float32)  # c_k is per query head: its gradient too
         lut, m_lo, m_full, m_win, m_hi = _query_tiles(LUT, LUT_CNT, h, pid_n, lut_sh, lut_sm, cnt_sh, start_n,
                                                       Tq, Tk, window, BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)
         for i in range(m_lo, m_full):  # diagonal / block-sparse tiles: causal mask
             mb = _listed_tile(lut, i, HAS_LAYOUT)
-            dk, dv = _dkdv_tile(dk, dv, k, v, Qh, DOh, LSEh, DELTAh, mb * BLOCK_M, offs_n, offs_dqk, offs_dv,
-                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2,
-                                DQK, DV, BLOCK_M, CAUSAL, HAS_ALIBI, DOT_PREC)
+            dk, dv, dck = _dkdv_tile(dk, dv, dck, k, v, Qh, DOh, LSEh, DELTAh, CQh, ck2, mb * BLOCK_M, offs_n,
+                                     offs_dqk, offs_dv, stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag,
+                                     window, qk_scale, slope2, DQK, DV, BLOCK_M, CAUSAL, HAS_ALIBI, HAS_FORGET,
+                                     DOT_PREC)
         for mb in range(m_full, m_win):  # tiles below the diagonal (all, when not causal): no mask
-            dk, dv = _dkdv_tile(dk, dv, k, v, Qh, DOh, LSEh, DELTAh, mb * BLOCK_M, offs_n, offs_dqk, offs_dv,
-                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2,
-                                DQK, DV, BLOCK_M, False, HAS_ALIBI, DOT_PREC)
+            dk, dv, dck = _dkdv_tile(dk, dv, dck, k, v, Qh, DOh, LSEh, DELTAh, CQh, ck2, mb * BLOCK_M, offs_n,
+                                     offs_dqk, offs_dv, stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag,
+                                     window, qk_scale, slope2, DQK, DV, BLOCK_M, False, HAS_ALIBI, HAS_FORGET, DOT_PREC)
         for mb in range(m_win, m_hi):  # the window's far edge: masked
-            dk, dv = _dkdv_tile(dk, dv, k, v, Qh, DOh, LSEh, DELTAh, mb * BLOCK_M, offs_n, offs_dqk, offs_dv,
-                                stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag, window, qk_scale, slope2,
-                                DQK, DV, BLOCK_M, True, HAS_ALIBI, DOT_PREC)
+            dk, dv, dck = _dkdv_tile(dk, dv, dck, k, v, Qh, DOh, LSEh, DELTAh, CQh, ck2, mb * BLOCK_M, offs_n,
+                                     offs_dqk, offs_dv, stride_qt, stride_qd, stride_dot, stride_dod, Tq, diag,
+                                     window, qk_scale, slope2, DQK, DV, BLOCK_M, True, HAS_ALIBI, HAS_FORGET, DOT_PREC)
+
+        if HAS_FORGET:
+            tl.store(DCK + (b * H + h).to(tl.int64) * Tk + offs_n, dck, mask=offs_n < Tk)
 
     tl.store(DK + b.to(tl.int64) * stride_dkb + hkv.to(tl.int64) * stride_dkh + offs_n[:, None] * stride_dkt
              + offs_dqk[None, :] * stride_dkd, (dk * sm_scale).to(DK.dtype.element_ty), mask=mask_k)
@@ -352,32 +387,37 @@ def _bwd_dkdv_kernel(Q, K, V, DO, DK, DV_, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut
 
 
 @triton.jit
-def _dq_tile(dq, q, do, lse2, delta, K, V, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd, stride_vt,
-             stride_vd, Tk, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-             MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, DOT_PREC: tl.constexpr):
-    """Add the contribution of the key tile at start_n to this query tile's dQ."""
+def _dq_tile(dq, dcq, q, do, lse2, delta, K, V, CK, cq2, start_n, offs_m, offs_dqk, offs_dv, stride_kt, stride_kd,
+             stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2, DQK: tl.constexpr, DV: tl.constexpr,
+             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr,
+             HAS_FORGET: tl.constexpr, DOT_PREC: tl.constexpr):
+    """Add the contribution of the key tile at start_n to this query tile's dQ (and dc_q)."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     kt = tl.load(K + offs_n[None, :] * stride_kt + offs_dqk[:, None] * stride_kd,
                  mask=(offs_n[None, :] < Tk) & (offs_dqk[:, None] < DQK), other=0.0)  # [BLOCK_DQK, BLOCK_N]
     vt = tl.load(V + offs_n[None, :] * stride_vt + offs_dv[:, None] * stride_vd,
                  mask=(offs_n[None, :] < Tk) & (offs_dv[:, None] < DV), other=0.0)  # [BLOCK_DV, BLOCK_N]
-    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2,
-                    MASKED, CAUSAL, HAS_ALIBI, DOT_PREC)  # [BLOCK_M, BLOCK_N]
+    ck2 = _forget2(CK, offs_n, Tk, HAS_FORGET)  # [BLOCK_N]
+    s = _score_tile(q, kt, offs_m, offs_n, Tk, diag, window, qk_scale, slope2, cq2, ck2,
+                    MASKED, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)  # [BLOCK_M, BLOCK_N]
     p = tl.exp2(s - lse2[:, None])
     dp = tl.dot(do, vt, input_precision=DOT_PREC)  # dP = dO V^T  [BLOCK_M, BLOCK_N]
     ds = p * (dp - delta[:, None])
-    return tl.dot(ds.to(kt.dtype), tl.trans(kt), dq, input_precision=DOT_PREC)  # dQ += dS K
+    if HAS_FORGET:  # the bias's gradient is dS itself
+        dcq += tl.sum(ds, 1)
+    return tl.dot(ds.to(kt.dtype), tl.trans(kt), dq, input_precision=DOT_PREC), dcq  # dQ += dS K
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
+def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, CQ, CK, DCQ, LUT, LUT_CNT, lut_sh, lut_sm, cnt_sh,
                    stride_qb, stride_qh, stride_qt, stride_qd, stride_kb, stride_kh, stride_kt, stride_kd,
                    stride_vb, stride_vh, stride_vt, stride_vd, stride_dob, stride_doh, stride_dot, stride_dod,
                    stride_dqb, stride_dqh, stride_dqt, stride_dqd,
                    H, GROUP, Tq, Tk, window, sm_scale, qk_scale,
                    DQK: tl.constexpr, DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_DQK: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr,
-                   HAS_ALIBI: tl.constexpr, HAS_LAYOUT: tl.constexpr, DOT_PREC: tl.constexpr):
+                   HAS_ALIBI: tl.constexpr, HAS_FORGET: tl.constexpr, HAS_LAYOUT: tl.constexpr,
+                   DOT_PREC: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // H).to(tl.int64)
@@ -399,26 +439,31 @@ def _bwd_dq_kernel(Q, K, V, DO, DQ, LSE, DELTA, SLOPES, LUT, LUT_CNT, lut_sh, lu
     lse2 = _load_lse2(LSE + pid_bh.to(tl.int64) * Tq, offs_m, Tq)  # [BLOCK_M]
     delta = tl.load(DELTA + pid_bh.to(tl.int64) * Tq + offs_m, mask=offs_m < Tq, other=0.0)  # [BLOCK_M]
     slope2 = _alibi_slope2(SLOPES, h, HAS_ALIBI)
+    cq2 = _forget2(CQ + pid_bh.to(tl.int64) * Tq, offs_m, Tq, HAS_FORGET)  # [BLOCK_M]
+    CK += pid_bh.to(tl.int64) * Tk
     dq = tl.zeros([BLOCK_M, BLOCK_DQK], tl.float32)
+    dcq = tl.zeros([BLOCK_M], tl.float32)
 
     lut, n_lo, n_mid, n_full, n_end = _key_tiles(LUT, LUT_CNT, h, pid_m, lut_sh, lut_sm, cnt_sh, start_m, Tq, Tk,
                                                  window, BLOCK_M, BLOCK_N, CAUSAL, HAS_LAYOUT)  # as the forward
     for nb in range(n_lo, n_mid):
-        dq = _dq_tile(dq, q, do, lse2, delta, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv, stride_kt,
-                      stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
-                      DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
+        dq, dcq = _dq_tile(dq, dcq, q, do, lse2, delta, K, V, CK, cq2, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
+                           stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
+                           DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)
     for nb in range(n_mid, n_full):
-        dq = _dq_tile(dq, q, do, lse2, delta, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv, stride_kt,
-                      stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
-                      DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, DOT_PREC)
+        dq, dcq = _dq_tile(dq, dcq, q, do, lse2, delta, K, V, CK, cq2, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
+                           stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
+                           DQK, DV, BLOCK_N, False, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)
     for i in range(n_full, n_end):
         nb = _listed_tile(lut, i, HAS_LAYOUT)
-        dq = _dq_tile(dq, q, do, lse2, delta, K, V, nb * BLOCK_N, offs_m, offs_dqk, offs_dv, stride_kt,
-                      stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
-                      DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, DOT_PREC)
+        dq, dcq = _dq_tile(dq, dcq, q, do, lse2, delta, K, V, CK, cq2, nb * BLOCK_N, offs_m, offs_dqk, offs_dv,
+                           stride_kt, stride_kd, stride_vt, stride_vd, Tk, diag, window, qk_scale, slope2,
+                           DQK, DV, BLOCK_N, True, CAUSAL, HAS_ALIBI, HAS_FORGET, DOT_PREC)
 
     tl.store(DQ + b * stride_dqb + h.to(tl.int64) * stride_dqh + offs_m[:, None] * stride_dqt
              + offs_dqk[None, :] * stride_dqd, (dq * sm_scale).to(DQ.dtype.element_ty), mask=mask_q)
+    if HAS_FORGET:
+        tl.store(DCQ + pid_bh.to(tl.int64) * Tq + offs_m, dcq, mask=offs_m < Tq)
 
 
 
@@ -520,7 +565,8 @@ def tuned_configs():
     out = {}
     for (kind, _, dtype, layout_bs, (bh, tq, tk), meta), cfg in _CHOSEN.items():
         m = dict(meta)
-        flags = [f for f, on in (("causal", m["CAUSAL"]), ("alibi", m["HAS_ALIBI"]), ("layout", layout_bs)) if on]
+        flags = [f for f, on in (("causal", m["CAUSAL"]), ("alibi", m["HAS_ALIBI"]), ("forget", m["HAS_FORGET"]),
+                                 ("layout", layout_bs)) if on]
         out[f"{kind} {str(dtype)[6:]} d={m['DQK']}/{m['DV']} B*H~{bh} Tq~{tq} Tk~{tk} {' '.join(flags)}".strip()] = cfg
     return out
 
@@ -555,10 +601,10 @@ def _lut_args(lists, transposed, dummy):
     return lut, cnt, 0 if shared else lut.stride(0), lut.stride(1), 0 if shared else cnt.stride(0)
 
 
-def _meta(q, v, causal, alibi, lists):
+def _meta(q, v, causal, alibi, lists, forget):
     return dict(DQK=q.shape[-1], DV=v.shape[-1], BLOCK_DQK=max(16, triton.next_power_of_2(q.shape[-1])),
                 BLOCK_DV=max(16, triton.next_power_of_2(v.shape[-1])), CAUSAL=causal,
-                HAS_ALIBI=alibi is not None, HAS_LAYOUT=lists is not None,
+                HAS_ALIBI=alibi is not None, HAS_FORGET=forget is not None, HAS_LAYOUT=lists is not None,
                 DOT_PREC="ieee" if q.dtype == torch.float32 else "tf32")  # fp32: no TF32 rounding
 
 
@@ -568,13 +614,14 @@ def _case(q, k):
     return p2(q.shape[0] * q.shape[1]), p2(q.shape[2]), p2(k.shape[2])
 
 
-def _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs, window):
+def _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs, window, forget):
     B, H, Tq, _ = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
     o = torch.empty((B, H, Tq, Dv), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, H, Tq), device=q.device, dtype=torch.float32)
-    meta = _meta(q, v, causal, alibi, lists)
-    args = (q, k, v, o, lse, alibi if alibi is not None else q, *_lut_args(lists, False, q),
+    meta = _meta(q, v, causal, alibi, lists, forget)
+    cq, ck = forget if forget is not None else (q, q)   # placeholders without FoX's gates
+    args = (q, k, v, o, lse, alibi if alibi is not None else q, cq, ck, *_lut_args(lists, False, q),
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), H, H // Hkv, Tq, Tk, window, sm_scale * LOG2E)
     _launch(_fwd_kernel, "fwd", lambda bm, bn: (triton.cdiv(Tq, bm), B * H), args,
             max(meta["BLOCK_DQK"], meta["BLOCK_DV"]), q.dtype, bs if lists is not None else None, _case(q, k),
@@ -582,11 +629,13 @@ def _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs, window):
     return o, lse
 
 
-def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs, window):
+def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs, window, forget):
     B, H, Tq, _ = q.shape
     Hkv, Tk, Dv = k.shape[1], k.shape[2], v.shape[-1]
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    meta = _meta(q, v, causal, alibi, lists)
+    meta = _meta(q, v, causal, alibi, lists, forget)
+    cq, ck = forget if forget is not None else (q, q)
+    dcq, dck = (torch.zeros_like(cq), torch.zeros_like(ck)) if forget is not None else (q, q)
     dmax, layout_bs = max(meta["BLOCK_DQK"], meta["BLOCK_DV"]), bs if lists is not None else None
     # 1. delta = rowsum(dO * O)
     delta = torch.empty((B, H, Tq), device=q.device, dtype=torch.float32)
@@ -595,39 +644,41 @@ def _flash_bwd(do, q, k, v, o, lse, causal, sm_scale, alibi, lists, bs, window):
     slopes = alibi if alibi is not None else q
     strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     # 2. dK, dV: one program per key tile and KV head
-    args = (q, k, v, do, dk, dv, lse, delta, slopes, *_lut_args(lists, True, q), *strides, *dk.stride(),
+    args = (q, k, v, do, dk, dv, lse, delta, slopes, cq, ck, dck, *_lut_args(lists, True, q), *strides, *dk.stride(),
             *dv.stride(), H, Hkv, H // Hkv, Tq, Tk, window, sm_scale, sm_scale * LOG2E)
     _launch(_bwd_dkdv_kernel, "dkdv", lambda bm, bn: (triton.cdiv(Tk, bn), B * Hkv), args, dmax, q.dtype,
             layout_bs, _case(q, k), **meta)
     # 3. dQ: one program per query tile and query head
-    args = (q, k, v, do, dq, lse, delta, slopes, *_lut_args(lists, False, q), *strides, *dq.stride(),
+    args = (q, k, v, do, dq, lse, delta, slopes, cq, ck, dcq, *_lut_args(lists, False, q), *strides, *dq.stride(),
             H, H // Hkv, Tq, Tk, window, sm_scale, sm_scale * LOG2E)
     _launch(_bwd_dq_kernel, "dq", lambda bm, bn: (triton.cdiv(Tq, bm), B * H), args, dmax, q.dtype,
             layout_bs, _case(q, k), **meta)
-    return dq, dk, dv
+    return dq, dk, dv, *((dcq, dck) if forget is not None else (None, None))
 
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, alibi, lists, bs, window):
-        o, lse = _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs, window)
-        ctx.save_for_backward(q, k, v, o, lse)
+    def forward(ctx, q, k, v, causal, sm_scale, alibi, lists, bs, window, cq, ck):
+        forget = None if cq is None else (cq, ck)
+        o, lse = _flash_fwd(q, k, v, causal, sm_scale, alibi, lists, bs, window, forget)
+        ctx.save_for_backward(q, k, v, o, lse, *(forget or ()))
         ctx.args = (causal, sm_scale, alibi, lists, bs, window)
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, do, _dlse):
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _flash_bwd(do, q, k, v, o, lse, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None, None
+        q, k, v, o, lse, *forget = ctx.saved_tensors
+        dq, dk, dv, dcq, dck = _flash_bwd(do, q, k, v, o, lse, *ctx.args, tuple(forget) or None)
+        return dq, dk, dv, None, None, None, None, None, None, dcq, dck
 
 
 @torch.compiler.disable
 def flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
-                    *, block_size=64, window=None, return_lse=False):
+                    *, block_size=64, window=None, forget=None, return_lse=False):
     """FlashAttention-2 (see the module docstring). Returns o (B, H, Tq, Dv) in q's dtype, or
-    (o, lse) with lse (B, H, Tq) fp32 in natural log when return_lse. Differentiable in q, k, v.
+    (o, lse) with lse (B, H, Tq) fp32 in natural log when return_lse. Differentiable in q, k, v
+    (and forget's two tensors: FoX's cumulative log gates (B, H, Tq) and (B, H, Tk), bias c_q[i] - c_k[j]).
     softmax_scale defaults to 1/sqrt(Dqk); block_size is the granularity of block_layout;
     window W (causal only): each query sees only the keys of its last W positions."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -660,5 +711,9 @@ def flash_attention(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None,
     lists = None
     if block_layout is not None:
         lists = _layout_lists(block_layout, H, Tq, Tk=k.shape[2], bs=block_size, causal=causal, device=q.device)
-    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale), alibi, lists, block_size, win)
+    cq, ck = (None, None) if forget is None else (t.float().contiguous() for t in forget)
+    if forget is not None and (cq.shape != (B, H, Tq) or ck.shape != (B, H, k.shape[2])):
+        raise ValueError(f"forget must be (c_q ({B}, {H}, {Tq}), c_k ({B}, {H}, {k.shape[2]})); "
+                         f"got {tuple(cq.shape)}, {tuple(ck.shape)}")
+    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(sm_scale), alibi, lists, block_size, win, cq, ck)
     return (o, lse) if return_lse else o

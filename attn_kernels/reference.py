@@ -18,7 +18,7 @@ from attn_kernels.gla_chunked import in_fp32
 
 
 def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=None, block_layout=None,
-                        return_lse=False, *, block_size=64, window=None):
+                        return_lse=False, *, block_size=64, window=None, forget=None):
     """Reference for attn_kernels.flash_attn.flash_attention, same conventions.
 
     q (B, H, Tq, Dqk), k (B, Hkv, Tk, Dqk), v (B, Hkv, Tk, Dv), H a multiple of Hkv.
@@ -27,6 +27,7 @@ def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=N
     - block_layout (nq, nk) or (H, nq, nk) at granularity block_size tokens (cropped to the
       sequence lengths): key j is visible to query i only if layout[.., i // bs, j // bs].
     - window W: query i sees key j only if j > i + Tk - Tq - W (its last W positions).
+    - forget (c_q (B, H, Tq), c_k (B, H, Tk)): FoX's bias c_q[i] - c_k[j], differentiable.
     - A query row with no visible key gets output 0 (and lse = -inf).
     Computes in fp32 and returns o in q's dtype; lse (B, H, Tq) fp32 when return_lse.
     Differentiable in q, k, v.
@@ -45,6 +46,9 @@ def attention_reference(q, k, v, causal=True, softmax_scale=None, alibi_slopes=N
     if alibi_slopes is not None:
         rel = (j - i_abs).float()  # (Tq, Tk)
         scores = scores + alibi_slopes.float().to(q.device).view(1, H, 1, 1) * rel
+    if forget is not None:
+        c_q, c_k = (c.float() for c in forget)
+        scores = scores + c_q[..., :, None] - c_k[..., None, :]
 
     visible = torch.ones(1, 1, Tq, Tk, dtype=torch.bool, device=q.device)
     if causal:

@@ -127,3 +127,25 @@ def test_train_round_trip_and_sample_same_with_and_without_cache(data_root, tmp_
     summary = json.load(open(out / "summary.json"))
     assert summary["kv_cache_bytes_per_token"] == 2 * (2 * 4 * 8 + 4) * 4   # 2 layers, fp32 on CPU
     assert_sampling_same_with_and_without_cache(out, capsys)
+
+
+def test_the_triton_path_equals_sdpa_in_outputs_gradients_and_decoding():
+    """attn_impl=triton (interpreted on CPU): the flash kernel with the gates read per tile, against the SDPA
+    path in logits, every parameter's gradient (the gate's through dc) and cached decoding, GQA and ALiBi on."""
+    from helpers import decode_in_chunks, set_attn_impl
+    model = perturbed_model(attention="fox", pos_encoding="alibi", n_kv_head=2)
+    idx = torch.randint(0, 65, (2, 24), generator=torch.Generator().manual_seed(3))
+    results = []
+    for impl in ("sdpa", "triton"):
+        set_attn_impl(model, impl)
+        model.zero_grad()
+        logits, loss = model(idx, idx)
+        loss.backward()
+        with torch.no_grad():
+            stepped, _ = decode_in_chunks(model, idx)
+        results.append((logits.detach(), stepped, {n: p.grad.clone() for n, p in model.named_parameters()}))
+        assert model.attn_impl_report("cpu")["used"] == impl
+    (want, want_steps, want_grads), (got, got_steps, got_grads) = results
+    assert (got - want).abs().max() <= 1e-4 and (got_steps - want_steps).abs().max() <= 1e-4
+    assert all((got_grads[n] - g).abs().max() <= 1e-4 for n, g in want_grads.items())
+    assert want_grads["h.0.attn.fgate.weight"].abs().max() > 1e-4

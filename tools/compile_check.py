@@ -120,7 +120,7 @@ def gla_cases(quick=False):
         go_gla(torch.bfloat16, 2, 8, 8, 300, 128, 128, True, chunk=chunk)
 
 
-def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False, bs=64, window=None):
+def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False, bs=64, window=None, forget=False):
     """Both flash kernels at one shape; without a window, one longer than any distance (as flash_attention)."""
     import attn_kernels.flash_attn as fa
     window = window or Tq + Tk + 1
@@ -133,8 +133,10 @@ def go(dtype, B, H, Hkv, Tq, Tk, d, dv, causal, alibi, layout=False, bs=64, wind
         if layout
         else None
     )
-    o, lse = fa._flash_fwd(q, k, v, causal, 0.125, sl, lists, bs, window)
-    fa._flash_bwd(torch.randn_like(o), q, k, v, o, lse, causal, 0.125, sl, lists, bs, window)
+    c = torch.randn(B, H, Tk).cumsum(-1) if forget else None   # FoX's cumulative log gates
+    gates = (c[..., -Tq:].contiguous(), c) if forget else None
+    o, lse = fa._flash_fwd(q, k, v, causal, 0.125, sl, lists, bs, window, gates)
+    fa._flash_bwd(torch.randn_like(o), q, k, v, o, lse, causal, 0.125, sl, lists, bs, window, gates)
 
 
 def run_cases(cases):
@@ -150,6 +152,7 @@ def run_cases(cases):
         go(torch.float32, 1, 4, 2, 100, 100, 64, 64, True, True)
         go(torch.float32, 1, 4, 2, 100, 100, 192, 160, False, False)
         go(torch.bfloat16, 1, 4, 2, 300, 300, 64, 64, True, False, window=128)  # swa's sliding window
+        go(torch.bfloat16, 1, 4, 2, 300, 300, 64, 64, True, False, forget=True)  # fox's gates
         cases = "none"
         gla_cases()
     elif cases == "gla":
@@ -168,6 +171,7 @@ def run_cases(cases):
             go(dtype, 1, 4, 4, 128, 128, 128, 128, True, True, layout=True)
             go(dtype, 1, 4, 4, 128, 128, 256, 256, False, False, layout=True)
             go(dtype, 1, 4, 2, 300, 300, 64, 64, True, False, window=128)  # swa's sliding window
+            go(dtype, 1, 4, 2, 300, 300, 64, 64, True, False, forget=True)  # fox's gates
 
 
 def main(argv=None):

@@ -92,6 +92,35 @@ def test_strided_inputs():
     _assert_close_to_reference(q, k, v, do, causal=True)
 
 
+FORGET_CASES = [  # (B, H, Hkv, Tq, Tk, d, alibi, window): FoX's bias c_q[i] - c_k[j] from per-token vectors
+    (1, 2, 2, 40, 40, 16, False, None),   # MHA, several tiles each way
+    (2, 4, 2, 29, 53, 32, True, None),    # GQA (dc_k per query head of a group), Tq < Tk, with ALiBi
+    (1, 2, 1, 1, 50, 32, False, None),    # one query against a cache (decoding)
+    (1, 2, 2, 45, 45, 32, False, 20),     # a sliding window
+]
+
+
+@pytest.mark.parametrize("case", FORGET_CASES, ids=lambda c: "B{}H{}kv{}Tq{}Tk{}d{}".format(*c[:6])
+                         + ("-alibi" if c[6] else "") + (f"-w{c[7]}" if c[7] else ""))
+def test_the_forget_bias_matches_reference_with_its_gradients(case):
+    B, H, Hkv, Tq, Tk, d, alibi, window = case
+    q, k, v, do = _inputs(B, H, Hkv, Tq, Tk, d, d)
+    g = torch.Generator().manual_seed(3)   # cumulative log gates: decreasing, as FoX's are
+    c = torch.nn.functional.logsigmoid(torch.randn(B, H, Tk, generator=g) + 1).cumsum(-1).to(DEVICE)
+    slopes = torch.linspace(0.05, 0.6, H, device=DEVICE) if alibi else None
+    results = []
+    for fn in (flash_attention, attention_reference):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, c[..., -Tq:], c)]
+        o = fn(*leaves[:3], causal=True, alibi_slopes=slopes, window=window, forget=tuple(leaves[3:]))
+        o.backward(do)
+        results.append([o.detach(), *(t.grad for t in leaves)])
+    for name, a, b in zip(("o", "dq", "dk", "dv", "dc_q", "dc_k"), *results):
+        err = (a - b).abs().max().item()
+        assert err <= (1e-4 if name == "o" else 1e-3), f"{name}: max abs err {err:.3g}"
+    # a row's constant c_q[i] cancels in its softmax (dc_q = 0 to rounding); c_k's gradient is not zero
+    assert results[0][5].abs().max() > 1e-3
+
+
 LAYOUT_CASES = [  # (B, H, Hkv, Tq, Tk, causal, alibi, per_head_layout, block_size)
     (1, 2, 2, 60, 60, True, False, False, 16),
     (1, 4, 2, 40, 70, False, True, True, 16),   # per-head layout, GQA, Tq < Tk
