@@ -364,15 +364,16 @@ def test_sweep_match_time_probes_each_config(test_split_root, tmp_path):
     assert iters["mha"] == 20 and iters["gla"] == max(1, round(20 * tps["gla"] / tps["mha"]))
 
 
-STUDIES = {"study256": (0.65e6, 0.95e6, 256, "shakespeare_char"), "study1024": (28e6, 31.5e6, 1024, "fineweb")}
+# study: (params low, high, context, dataset, configs): study256 holds fox too (not run at 1024 yet)
+STUDIES = {"study256": (0.65e6, 0.95e6, 256, "shakespeare_char", 10), "study1024": (28e6, 31.5e6, 1024, "fineweb", 9)}
 
 
 @pytest.mark.parametrize("study", STUDIES)
 def test_study_configs_are_the_stated_scale(study):
-    low, high, context, dataset = STUDIES[study]
+    low, high, context, dataset, n_configs = STUDIES[study]
     folder = os.path.join(ROOT, "config", study)
     names = sorted(n for n in os.listdir(folder) if n.endswith(".py") and n not in ("ctx256.py", "fineweb30m.py"))
-    assert len(names) == 9
+    assert len(names) == n_configs
     vocab = 65 if dataset == "shakespeare_char" else 50304
     for name in names:
         keys = parse_keys([os.path.join(folder, name)])
