@@ -14,7 +14,7 @@ Where each variant lives (a file is named after the attention= value it serves):
     moba           attention/moba.py       MixtureOfBlockAttention   (none: PyTorch)  attention/moba.py
     deltanet,      attention/deltanet.py   DeltaNet                  (none: PyTorch)  attn_kernels/delta_chunked.py
       gated_deltanet
-    fox            attention/fox.py        ForgettingAttention       (none: PyTorch)  attention/base.py attend
+    fox            attention/fox.py        ForgettingAttention       flash_attn.py    attention/base.py attend
     conv           attention/conv.py       ShortConvMixer            (none: PyTorch)  attention/conv.py
                    (Zoology's BaseConv, a layer of a plan: attention="conv,mha")
 

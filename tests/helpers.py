@@ -142,6 +142,15 @@ def set_attn_impl(model, impl):
         block.attn.attn_impl = impl
 
 
+def logits_and_grads(model, idx, impl):
+    """Logits and {parameter name: gradient} of the loss on idx (its own targets), every layer on impl."""
+    set_attn_impl(model, impl)
+    model.zero_grad()
+    logits, loss = model(idx, idx)
+    loss.backward()
+    return logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
 def run_cli(argv, env=None):
     """`python ARGV` (argv[0] a script path or "-m", as a user types it) run in this process from
     the repo root, with os.environ updated by env (None values removed): -> (exit status, stdout,

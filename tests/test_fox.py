@@ -132,18 +132,15 @@ def test_train_round_trip_and_sample_same_with_and_without_cache(data_root, tmp_
 def test_the_triton_path_equals_sdpa_in_outputs_gradients_and_decoding():
     """attn_impl=triton (interpreted on CPU): the flash kernel with the gates read per tile, against the SDPA
     path in logits, every parameter's gradient (the gate's through dc) and cached decoding, GQA and ALiBi on."""
-    from helpers import decode_in_chunks, set_attn_impl
+    from helpers import decode_in_chunks, logits_and_grads
     model = perturbed_model(attention="fox", pos_encoding="alibi", n_kv_head=2)
     idx = torch.randint(0, 65, (2, 24), generator=torch.Generator().manual_seed(3))
     results = []
     for impl in ("sdpa", "triton"):
-        set_attn_impl(model, impl)
-        model.zero_grad()
-        logits, loss = model(idx, idx)
-        loss.backward()
+        logits, grads = logits_and_grads(model, idx, impl)
         with torch.no_grad():
             stepped, _ = decode_in_chunks(model, idx)
-        results.append((logits.detach(), stepped, {n: p.grad.clone() for n, p in model.named_parameters()}))
+        results.append((logits, stepped, grads))
         assert model.attn_impl_report("cpu")["used"] == impl
     (want, want_steps, want_grads), (got, got_steps, got_grads) = results
     assert (got - want).abs().max() <= 1e-4 and (got_steps - want_steps).abs().max() <= 1e-4

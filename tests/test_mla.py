@@ -19,7 +19,7 @@ from helpers import (
     ROOT,
     assert_sampling_same_with_and_without_cache,
     decode_in_chunks,
-    set_attn_impl,
+    logits_and_grads,
     tiny_model_kwargs,
     train_args,
 )
@@ -329,13 +329,6 @@ def test_sdpa_training_path_equals_naive_attention_with_gradients(kw):
     gradients must equal the explicit-softmax path, which attends with the unpadded dims."""
     model = make_model("rope", dropout=0.0, **kw).train()
     idx = torch.randint(0, 65, (2, 30))
-    results = []
-    for impl in ("sdpa", "naive"):
-        set_attn_impl(model, impl)
-        model.zero_grad()
-        logits, loss = model(idx, idx)
-        loss.backward()
-        results.append((logits.detach(), [p.grad.clone() for p in model.parameters()]))
-    (got, got_grads), (want, want_grads) = results
+    (got, got_grads), (want, want_grads) = (logits_and_grads(model, idx, impl) for impl in ("sdpa", "naive"))
     assert (got - want).abs().max().item() <= 1e-5
-    assert max((a - b).abs().max().item() for a, b in zip(got_grads, want_grads)) <= 1e-5
+    assert max((got_grads[n] - g).abs().max().item() for n, g in want_grads.items()) <= 1e-5

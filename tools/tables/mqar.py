@@ -71,6 +71,12 @@ def reach(root):
                     [[c, *(recall.reach_cell(by[(c, *k)]) for k in cells)] for c in configs])
 
 
+def recall_groups(root, study, folder="study"):
+    """tools.recall's groups as stored: docs/results/<study>/<folder>/recall.json."""
+    with open(os.path.join(results_dir(root, study), folder, "recall.json")) as f:
+        return json.load(f)
+
+
 def study_cell(g):
     """One config in one cell of the study: accuracy [interval] (seeds), solved k/n, median step to stop_val_acc."""
     if g is None or g["acc"] is None:
@@ -86,8 +92,7 @@ def study_table(root, width, configs=None, folder="study", fmt=study_cell):
     """The recall study at one width (docs/results/recall/<folder>/recall.json, tools.recall's groups): a
     row per config (of configs, or all) in the order tools.recall was given them, a column per cell, the
     chance row last; fmt renders a cell (recall.cell: with the paired Δ to the first config)."""
-    with open(os.path.join(results_dir(root, "recall"), folder, "recall.json")) as f:
-        groups = json.load(f)
+    groups = recall_groups(root, "recall", folder)
     runs = [g for g in groups if g["config"] != "chance" and (configs is None or g["config"] in configs)]
     cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
     rows = recall.width_rows(runs, [g for g in groups if g["config"] == "chance"], width, cells, fmt)
@@ -98,8 +103,7 @@ def reach_cost(root):
     """What a sparse pattern costs the trained runs (the study's recall.json, reach kept from their
     checkpoints): per config, width and cell where the pattern leaves some pair out, the share of queries
     in each class and the runs' accuracy on it."""
-    with open(os.path.join(results_dir(root, "recall"), "study", "recall.json")) as f:
-        groups = [g for g in json.load(f) if recall.limits(g.get("reach")) and "acc_direct" in g["reach"]]
+    groups = [g for g in recall_groups(root, "recall") if recall.limits(g.get("reach")) and "acc_direct" in g["reach"]]
 
     def share_acc(r, share, acc):
         return "-" if r[acc] is None else f"{share:.3f}: {r[acc]:.3f}"   # None: no query of that class
@@ -143,6 +147,5 @@ def conv_ablation(root):
 
 TABLES = {
     "recall-reach": reach,
-    "recall-study-w64": lambda root: study_table(root, 64),
     "recall-conv": conv_ablation,
 }

@@ -6,13 +6,12 @@ tools.recall's groups over those runs (docs/results/zoology/study/: recall.json 
 recall.png) beside the older setup's (docs/results/recall/study: no shared convolution, 4,000 steps).
 """
 import glob
-import json
 import os
 import re
 import statistics
 
 from tools import compare
-from tools.tables.mqar import lr_runs, study_cell
+from tools.tables.mqar import lr_runs, recall_groups, study_cell
 from tools.tables.source import fmt_sci, md_table, results_dir
 from trainer.rundir import Run
 
@@ -87,16 +86,11 @@ def test_accuracy(root, variant, pairs, width=64):
     return statistics.mean(accs) if accs else None
 
 
-def groups(root, study):
-    with open(os.path.join(results_dir(root, study), "study", "recall.json")) as f:
-        return json.load(f)
-
-
 def study_vs_older(root, width=64):
     """A row per config of tools.recall's groups on Zoology's model (docs/results/zoology/study): params,
     bytes kept, then per pair count the cell and the older setup's (no shared convolution, 4,000 steps;
     docs/results/recall/study) beside it; the chance row last."""
-    new, old = groups(root, "zoology"), groups(root, "recall")
+    new, old = recall_groups(root, "zoology"), recall_groups(root, "recall")
     mine = {(g["config"], g["pairs"]): g for g in new if g["width"] in (width, None)}
     older = {(g["config"], g["pairs"]): g for g in old if g["width"] in (width, None)}
     pairs = sorted({g["pairs"] for g in new})
