@@ -95,6 +95,13 @@ class GPTConfig:
     # --- FoX (attention/fox.py): softmax with a data-dependent forget gate, log f_t summed into the scores ---
     fox_pro: bool = False         # the paper's "Pro" attention parts: QK-norm (per-head RMSNorm on q, k) and the
                                   # sigmoid output gate; off: FoX differs from MHA in the forget gate alone
+    # --- NSA (attention/nsa.py): compressed blocks of sparse_block keys, the top blocks by their scores, a
+    # window of sliding_window keys, mixed by learned gates ---
+    nsa_stride: int = 0           # a compressed block every nsa_stride keys (dividing sparse_block; the paper's
+                                  # 16 for blocks of 32); 0 = sparse_block, disjoint blocks (fla's)
+    nsa_topk: int = 4             # selection blocks each query reads, the first, its own and the previous one
+                                  # among them (>= 3; the paper's 16 blocks of 64)
+    nsa_compress: str = "mean"    # phi of a block's keys and values: mean (fla's) | mlp (the paper's learned map)
     # --- conv (attention/conv.py): Zoology's BaseConv as a layer of a plan, e.g. attention="conv,mha" ---
     conv_taps: int = 3            # taps of its depthwise causal convolution (Zoology's 3); its last conv_taps - 1
                                   # inputs are its decoding state
@@ -330,8 +337,7 @@ class GPT(nn.Module):
     def cache_elems_per_seq(self, n_tokens: int) -> int:
         """Formula: elements of the per-token cache after n_tokens, summed over layers (a window's
         ring stops at its window); the constant state (cache_state_elems) comes on top."""
-        return sum(b.attn.cache_elems_per_token() * min(n_tokens, b.attn.cache_max_tokens() or n_tokens)
-                   for b in self.h)
+        return sum(b.attn.cache_elems_for(n_tokens) for b in self.h)
 
     def cache_max_tokens(self) -> int | None:
         """The fewest tokens a layer's cache stops at (swa: its window), or None if every cache grows."""

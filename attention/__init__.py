@@ -15,6 +15,8 @@ Where each variant lives (a file is named after the attention= value it serves):
     deltanet,      attention/deltanet.py   DeltaNet                  (none: PyTorch)  attn_kernels/delta_chunked.py
       gated_deltanet
     fox            attention/fox.py        ForgettingAttention       flash_attn.py    attention/base.py attend
+    nsa            attention/nsa.py        NativeSparseAttention     flash_attn.py    attention/nsa.py, base.py attend
+                   (the window branch on the kernel; the compressed and selected branches in PyTorch)
     conv           attention/conv.py       ShortConvMixer            (none: PyTorch)  attention/conv.py
                    (Zoology's BaseConv, a layer of a plan: attention="conv,mha")
 
@@ -58,6 +60,7 @@ VARIANTS = {
     "deltanet": "attention.deltanet:DeltaNet",
     "gated_deltanet": "attention.deltanet:DeltaNet",
     "fox": "attention.fox:ForgettingAttention",
+    "nsa": "attention.nsa:NativeSparseAttention",
     "conv": "attention.conv:ShortConvMixer",
 }
 

@@ -18,6 +18,9 @@ on `Attention` (the ones without a default must be written by every variant):
     init_cache(batch_size, max_len, device, dtype) -> a cache from attention/cache.py, which
                                       advances itself when updated. Required.
     cache_elems_per_token() -> int    the cache formula per token per layer (0 if constant). Required.
+    cache_elems_for(n_tokens) -> int  the cache's elements after n_tokens (batch 1, no constant state).
+                                      Default cache_elems_per_token() x min(n_tokens, cache_max_tokens());
+                                      nsa adds one compressed K/V per complete block.
     cache_state_elems() -> int        a constant decoding state (batch 1), whatever the length.
                                       Default 0 (caches that grow per token).
     cache_max_tokens() -> int | None  the most tokens the cache holds (swa: its window); None, the
@@ -116,6 +119,9 @@ class Attention(nn.Module):
 
     def cache_state_elems(self) -> int:
         return 0
+
+    def cache_elems_for(self, n_tokens: int) -> int:
+        return self.cache_elems_per_token() * min(n_tokens, self.cache_max_tokens() or n_tokens)
 
     def cache_max_tokens(self) -> int | None:
         return None

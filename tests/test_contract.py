@@ -14,7 +14,7 @@ VARIANT_KWARGS = {"mha": {}, "gqa": dict(n_kv_head=2), "mqa": {}, "mla": {},
                   "linear": dict(gla_chunk=8), "retnet": dict(gla_chunk=8), "efficient": dict(gla_chunk=8),
                   "swa": dict(sliding_window=8), "moba": dict(sparse_block=4, moba_topk=2),
                   "deltanet": dict(delta_chunk=8), "gated_deltanet": dict(delta_chunk=8), "conv": {},
-                  "fox": {}}
+                  "fox": {}, "nsa": dict(sparse_block=4, nsa_topk=4, sliding_window=8)}
 
 
 CASES = [(a, p) for a in VARIANT_KWARGS for p in POS_ENCODINGS
@@ -67,14 +67,16 @@ def test_cached_decoding_with_the_output_gate_equals_full_forward(attention, pos
 def test_measured_cache_growth_equals_formula(attention):
     """Bytes of the allocated caches for n tokens = per-token formula x min(n, the most tokens the
     cache keeps) + the constant state: a cache that grows grows by the formula, a window's ring
-    stops at its window (swa: 8 tokens here), a recurrent state does not grow."""
+    stops at its window (swa: 8 tokens here), a recurrent state does not grow; nsa adds one compressed
+    K/V (the size of a token's) per complete block of 4."""
     model = make_model(attention, a_position(attention))
     cap = {"swa": 8}.get(attention)  # written here, not read from the model: the test must be able to fail
+    blocks = (lambda n: n // 4) if attention == "nsa" else (lambda n: 0)
     per_token = model.cache_elems_per_token() * 2                      # bf16
     state = model.cache_state_elems() * 4                              # fp32 states (GLA), else 0
     for n in (4, 8, 24):
         measured = sum(c.nbytes() for c in model.init_caches(1, n, dtype=torch.bfloat16))
-        assert measured == per_token * min(n, cap or n) + state
+        assert measured == per_token * (min(n, cap or n) + blocks(n)) + state
         assert model.cache_elems_per_seq(n) * 2 + state == measured
     if attention in CONSTANT_STATE:  # a constant state, nothing per token
         assert per_token == 0 and state > 0

@@ -27,7 +27,7 @@ NON_DEFAULT = {"q_lora_rank": 8, "kv_lora_rank": 16, "rope_head_dim": 4, "qk_nop
                "sparse_global": 0, "sparse_random": 0, "sparse_seed": 3, "sliding_window": 8, "moba_topk": 1,
                "gla_gate": "none", "gla_feature_map": "relu", "gla_chunk": 8, "gla_output_gate": "none",
                "gla_norm": "none", "gla_conv": 2, "delta_conv": 2, "delta_chunk": 8, "delta_beta": "sigmoid2",
-               "conv_taps": 2, "fox_pro": True}
+               "conv_taps": 2, "fox_pro": True, "nsa_stride": 4, "nsa_topk": 5, "nsa_compress": "mlp"}
 # What each variant needs besides the key to be valid at all (sum/softmax linear members: no RoPE)
 BASE = {"gqa": dict(n_kv_head=2), "linear": dict(pos_encoding="none"), "efficient": dict(pos_encoding="none"),
         "deltanet": dict(pos_encoding="none"), "gated_deltanet": dict(pos_encoding="none")}
