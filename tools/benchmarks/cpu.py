@@ -47,7 +47,8 @@ from trainer.settings import MODEL_KEYS, parse_shared_keys
 from trainer.threads import visible_cores
 
 VARIANTS = ["study256/mha", "study256/gqa", "study256/mqa", "study256/mla", "study256/bigbird", "study256/gla",
-            "ladder256/linear", "ladder256/retnet", "ladder256/deltanet", "ladder256/gated_deltanet"]
+            "study256/fox", "study256/nsa", "ladder256/linear", "ladder256/retnet", "ladder256/deltanet",
+            "ladder256/gated_deltanet"]
 VOCAB = 65  # tiny Shakespeare's characters, the studies' vocabulary
 
 

@@ -2,7 +2,8 @@
 that measured it (nothing here is measured anew):
 
     quality   the loss study that holds the variant, its paired test verdict against that study's MHA
-              (fair256, sparse512, ladder256: table.json; ladder256_delta: its stored runs)
+              (fair256, sparse512, ladder256: table.json; ladder256_delta, fair256_fox_nsa: their stored runs;
+              "-" for a study not stored yet)
     recall    Zoology's MQAR model (docs/results/zoology/): test accuracy at 4, 8 and 16 pairs, width 64,
               the mean over the seeds stored (the anchor's 4-head mha4 for mha, the families' for the rest)
     memory    tools.plan at GPT-2 124M's shape: decoding bytes per token of a sequence at 4k and 32k
@@ -15,7 +16,7 @@ import os
 
 from tools import compare
 from tools.tables import stored, zoology
-from tools.tables.cost import BIGBIRD_ITC, SHAPES, plan_rows
+from tools.tables.cost import BIGBIRD_ITC, NSA_PAPER, SHAPES, plan_rows
 from tools.tables.source import delta, md_table, results_dir, study
 
 LONG = 32768
@@ -29,9 +30,11 @@ ROWS = [
     ("softmax", "gqa", "fair256", "config/gqa.py", "study256/gqa", []),
     ("softmax", "mqa", "fair256", "config/mqa.py", "study256/mqa", []),
     ("softmax", "mla", "fair256", "config/mla.py", "study256/mla", []),
+    ("softmax", "fox", "fair256_fox_nsa", "config/fox.py", "study256/fox", []),
     ("sparse", "swa", "sparse512", "config/swa.py", None, WINDOW_124M),
     ("sparse", "bigbird", "fair256", "config/bigbird.py", "study256/bigbird", BIGBIRD_ITC),
     ("sparse", "moba", "sparse512", "config/moba.py", None, []),
+    ("sparse", "nsa", "fair256_fox_nsa", "config/nsa.py", "study256/nsa", NSA_PAPER),
     ("linear", "linear", "ladder256", "config/linear.py", "ladder256/linear", []),
     ("linear", "retnet", "ladder256", "config/retnet.py", "ladder256/retnet", []),
     ("linear", "gla", "fair256", "config/gla.py", "study256/gla", []),
@@ -42,14 +45,18 @@ ROWS = [
      ["--pos_encoding=rope", f"--attention={','.join([HYBRID['gdn_mha']] * 3)}"]),
 ]
 SCALE = {"fair256": "0.8M params, context 256", "sparse512": "context 512",
-         "ladder256": "0.8M params, context 256", "ladder256_delta": "0.8M params, context 256"}
+         "ladder256": "0.8M params, context 256", "ladder256_delta": "0.8M params, context 256",
+         "fair256_fox_nsa": "0.8M params, context 256"}
+STORED = {"ladder256_delta": stored.DELTA, "fair256_fox_nsa": ["mha", "fox", "nsa"]}   # run folders, not table.json
 PAIRS = (4, 8, 16)
 
 
 def paired_test(root, name):
     """{variant: {"mean", "ci95", "verdict"}} against the study's mha on test."""
-    if name == "ladder256_delta":
-        return compare.paired_rows(stored.groups_of(root, name, stored.DELTA), compare.METRICS["test"], stored.MARGIN)
+    if name in STORED:
+        if not os.path.isdir(results_dir(root, name)):
+            return {}
+        return compare.paired_rows(stored.groups_of(root, name, STORED[name]), compare.METRICS["test"], stored.MARGIN)
     st = study(root, name)
     fair = study(root, "fair256")["paired"]["test"] if name == "ladder256" else {}
     return {c: fair.get(c) if "mean" not in d else d for c, d in st["paired"]["test"].items()}
@@ -91,6 +98,8 @@ def speed(cpu, key):
                  if r["dtype"] == "float32" and r["compile"] == "off" and r["threads"] == 2)
     decode = {r["variant"]: next(d["ms_per_token"] for d in r["decode"] if d["context"] == 4096) for r in cpu["decode"]}
     name = key.split("/")[1]
+    if key not in train or name not in decode:   # the suite's file predates the variant
+        return "-", "-"
     return f"{train['study256/mha'] / train[key]:.2f}x", f"{decode['mha'] / decode[name]:.2f}x"
 
 

@@ -31,19 +31,21 @@ def _plan_rows(configs, overrides, flags):   # the code does not change within a
 
 
 COST_CONFIGS = [f"config/{v}.py" for v in ("mha", "gqa", "mqa", "mla", "bigbird", "gla", "gla_nodecay", "learned",
-                                             "alibi")]
+                                             "alibi", "fox")]
 BIGBIRD_ITC = ["--sparse_block=64", "--sparse_window=3", "--sparse_global=2", "--sparse_random=3"]
+NSA_PAPER = ["--sparse_block=64", "--nsa_topk=16", "--sliding_window=512"]   # the paper's blocks of 64, 16 read, window
 SHAPES = {"124m": ["--n_layer=12", "--n_head=12", "--n_embd=768"],
           "7b": ["--n_layer=32", "--n_head=32", "--n_embd=4096"]}
 
 
 def cost_plan(shape, context, extra=()):
-    """docs/cost.md: every variant at a shape and context; extra: (label, overrides) rows added below."""
+    """docs/cost.md: every variant at a shape and context, then nsa at the paper's blocks; extra: (label, config,
+    overrides) rows added below."""
     def table(root):
         flags = [*SHAPES[shape], f"--block_size={context}"]
         rows, opts = plan_rows(COST_CONFIGS, flags + BIGBIRD_ITC, context=context)
-        rows = rows + [{**plan_rows(["config/gqa.py"], flags + overrides, context=context)[0][0], "variant": label}
-                       for label, overrides in extra]
+        rows = rows + [{**plan_rows([config], flags + overrides, context=context)[0][0], "variant": label}
+                       for label, config, overrides in (("nsa", "config/nsa.py", NSA_PAPER), *extra)]
         return plan.table_lines(rows, opts)
     return table
 
@@ -103,7 +105,7 @@ TABLES = {
     "cost-124m-4k": cost_plan("124m", 4096),
     "cost-124m-32k": cost_plan("124m", 32768),
     "cost-7b-4k": cost_plan("7b", 4096),
-    "cost-7b-32k": cost_plan("7b", 32768, [("gqa, --n_kv_head=8", ["--n_kv_head=8"])]),
+    "cost-7b-32k": cost_plan("7b", 32768, [("gqa, --n_kv_head=8", "config/gqa.py", ["--n_kv_head=8"])]),
     "sparse512-plan": sparse_plan,
     "longctx-all": longctx_table("all"),
     "longctx-mla": longctx_table("mla"),
