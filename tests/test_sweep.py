@@ -143,7 +143,7 @@ def test_a_run_another_process_trains_is_skipped_not_fatal(data_root, tmp_path):
 
 def test_a_plan_resumes_with_its_configs_in_any_order_unless_a_budget_is_matched():
     """Without --match a sweep's configs are a set; with it the first is the reference, so order counts.
-    A sweep may grow by configs, or borrow rates for more; one that tuned rates may not (tuned all at once)."""
+    A sweep may grow by configs, tune or borrow rates for more (each config's rate is its own)."""
     from tools.sweep import same_inputs
     plan = {"configs": ["a.py", "b.py"], "overrides": [], "match": [], "lr_grid": None}
     assert same_inputs(plan, {**plan, "configs": ["b.py", "a.py"]})
@@ -151,8 +151,9 @@ def test_a_plan_resumes_with_its_configs_in_any_order_unless_a_budget_is_matched
     assert not same_inputs(plan, {**plan, "configs": ["a.py", "c.py"], "overrides": ["--n_embd=32"]})
     tuned = {**plan, "lr_grid": [1e-3, 3e-3]}
     assert same_inputs(tuned, {**tuned, "configs": ["b.py", "a.py"]})
-    assert not same_inputs(tuned, {**tuned, "configs": ["a.py", "c.py"]})
-    assert not same_inputs(tuned, {**tuned, "configs": ["a.py"]})
+    assert same_inputs(tuned, {**tuned, "configs": ["a.py", "c.py"]})
+    assert same_inputs(tuned, {**tuned, "configs": ["a.py"]})
+    assert not same_inputs(tuned, {**tuned, "configs": ["a.py", "c.py"], "lr_grid": [1e-3]})
     borrowed = {**plan, "lr_from": "x/plan.json"}   # looked up per config
     assert same_inputs(borrowed, {**borrowed, "configs": ["a.py", "c.py"]})
     assert not same_inputs(borrowed, {**borrowed, "configs": ["a.py", "c.py"], "lr_from": "y/plan.json"})
@@ -267,3 +268,22 @@ def test_lr_from_trains_each_config_at_the_rate_an_earlier_plan_chose(data_root,
     assert refused.value.code == 2 and "holds no learning rate chosen for gqa" in err
     assert len(err.strip().splitlines()) == 1
     assert not list((tmp_path / "sw2").glob("*-s1"))
+
+
+def test_a_tuned_sweep_grows_by_a_config_whose_rate_is_tuned_then(data_root, tmp_path, capsys):
+    """--lr_grid chooses each config's rate from its own grid runs: a re-run that adds mqa trains mqa's grid
+    and its run only; mha keeps the rate it was given and its runs are skipped, the plan names both."""
+    from tools import sweep
+    out = tmp_path / "sw"
+    grid = ["--lr_grid=1e-3,2e-2", "--lr_fraction=0.5"]
+    sweep.main([*sweep_cmd(data_root, out, ("config/mha.py",), seeds="1", max_iters=4)[3:], *grid])
+    first = json.loads((out / "plan.json").read_text())["configs"]["mha"]
+    mtime = os.path.getmtime(out / "lr" / "mha-lr0.001-s1" / "summary.json")
+    capsys.readouterr()
+    sweep.main([*sweep_cmd(data_root, out, ("config/mha.py", "config/mqa.py"), seeds="1", max_iters=4)[3:], *grid])
+    said = capsys.readouterr().out
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["configs"]["mha"] == first and sorted(plan["inputs"]["configs"]) == ["config/mha.py", "config/mqa.py"]
+    assert set(plan["configs"]["mqa"]["lr_grid"]) == {"0.001", "0.02"}
+    assert os.path.getmtime(out / "lr" / "mha-lr0.001-s1" / "summary.json") == mtime
+    assert "mha-s1: finished, skipped" in said and "mqa: learning_rate" in said and "mha: learning_rate" not in said

@@ -25,7 +25,8 @@ A fair comparison (the first config is the reference; tools/budget.py does the a
                       sweep's OUT/plan.json): tune once at one cell of a study, then keep the rates
 OUT/plan.json records these inputs and every choice; a re-run with other inputs is refused (the
 configs' order counts only under --match, whose first config is the reference). A sweep
-without --match or --lr_grid plans each config alone, so a re-run may add configs or name fewer.
+without --match plans each config alone (its rate from its own grid runs), so a re-run may add
+configs, which are tuned then, or name fewer.
 --jobs=J trains J runs at a time (each its own process: give each --threads=cores/J); the
 throughput probe of --match=time always runs alone.
 When the dataset has a test split (prepare.py --test_fraction), every run is evaluated on all
@@ -355,8 +356,8 @@ def plan_inputs(configs, opts, overrides):
 def same_inputs(old, new) -> bool:
     """Whether a plan made with `old` inputs serves `new`. The configs' order matters only to a matched
     budget (the first config is the reference); otherwise a sweep resumes with its configs in any order.
-    A sweep with no budget matched and no rate tuned plans each config alone, so it may also grow or
-    name a subset of its configs, as it may add seeds."""
+    A sweep with no budget matched plans each config alone, so it may also grow or name a subset of
+    its configs, as it may add seeds."""
     if grows_freely(new) and isinstance(old.get("configs"), list):
         return {**old, "configs": None} == {**new, "configs": None}
     if not new["match"] and isinstance(old.get("configs"), list):
@@ -366,9 +367,9 @@ def same_inputs(old, new) -> bool:
 
 
 def grows_freely(inputs) -> bool:
-    """No stage of the plan looks at more than one config (a matched budget has a reference, a tuned
-    rate a stage run for all at once; a borrowed rate is looked up per config): configs may come and go."""
-    return not inputs["match"] and not inputs["lr_grid"]
+    """No stage of the plan looks at more than one config (a matched budget has a reference; a tuned rate
+    is chosen per config from its own grid runs, a borrowed one looked up per config): configs may come and go."""
+    return not inputs["match"]
 
 
 def merged_inputs(old, new):
@@ -528,9 +529,9 @@ def make_plan(runner, configs, opts, overrides):
         if "time" in opts["match"]:
             probe_throughput(runner, configs, overrides, plan, opts)
         plan["matched"] = True
-    if opts["lr_grid"] and not plan.get("tuned"):
-        tune_learning_rates(runner, configs, overrides, plan, opts)
-        plan["tuned"] = True
+    untuned = [c for c in configs if "learning_rate" not in plan["configs"][stem(c)]]   # per config: a sweep may grow
+    if opts["lr_grid"] and untuned:
+        tune_learning_rates(runner, untuned, overrides, plan, opts)
     borrow = [c for c in configs if "lr_from" not in plan["configs"][stem(c)]]   # per config: a sweep may grow
     if opts["lr_from"] and borrow:
         rates_from_plan(borrow, overrides, plan, opts["lr_from"])
