@@ -77,6 +77,28 @@ def cells_table(root, anchor):
                            for w, p, c, probes, chosen, accs, solved, median in rows])
 
 
+def families_grid(root):
+    """The families' rate grids in one row per config: per cell (width, pairs), each probe's step to val 0.99
+    (or '-' and its best val accuracy) in the grid's order, the chosen rate starred; the seeds' accuracies and
+    steps are the study table's (study_vs_older)."""
+    found = {}   # config -> {(width, pairs): (probes, chosen rate)}
+    for width, pairs, folder in cells(root, anchor=False):
+        plan_path = os.path.join(folder, "plan.json")
+        plan = compare.read_plan(plan_path)["configs"] if os.path.isfile(plan_path) else {}
+        for config, probes in lr_runs(folder).items():
+            found.setdefault(config, {})[width, pairs] = probes, plan.get(config, {}).get("learning_rate")
+    cols = sorted({cell for by_cell in found.values() for cell in by_cell})
+    grid = sorted({r for by_cell in found.values() for probes, _ in by_cell.values() for r in probes})
+
+    def cell(entry):
+        if entry is None:
+            return "-"
+        probes, chosen = entry
+        return " / ".join(grid_cell(probes[r], r == chosen) if r in probes else "" for r in grid)
+    head = ["config", *(f"w{w}, {p} pairs: lr {' / '.join(rate_label(r) for r in grid)}" for w, p in cols)]
+    return md_table(head, [[c, *(cell(by_cell.get(col)) for col in cols)] for c, by_cell in sorted(found.items())])
+
+
 def test_accuracy(root, variant, pairs, width=64):
     """The mean test accuracy of a variant's stored seeds in one cell (mha: the anchor's mha4); None if none."""
     name = REFERENCE.get(variant)
@@ -106,5 +128,5 @@ def study_vs_older(root, width=64):
     return md_table(head, rows)
 
 
-TABLES = {"zoology-anchor": cell_table(anchor=True), "zoology-families": cell_table(anchor=False),
+TABLES = {"zoology-anchor": cell_table(anchor=True), "zoology-families": families_grid,
           "zoology-study-w64": study_vs_older}
