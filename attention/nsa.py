@@ -38,6 +38,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attention import record
 from attention.base import QKVAttention, attend, mean_keys_in_blocks
 from attention.cache import Cache, SlidingCache
 from attention.moba import choose_blocks
@@ -76,6 +77,10 @@ class NSACache(Cache):
     @property
     def pos(self):
         return self.kv.pos
+
+    @pos.setter
+    def pos(self, value):  # an empty cache may start anywhere (tools/analyze.py); update() recounts blocks
+        self.kv.pos = value
 
     def tensors(self):
         return (*self.kv.buffers, self.kc, self.vc)
@@ -164,7 +169,28 @@ class NativeSparseAttention(QKVAttention):
                        impl=self.impl(x.device, "window_" + step))
         g = torch.sigmoid(self.branch_gate(x)).view(B, T, self.n_head, 3).transpose(1, 2)   # (B, H, T, 3)
         y = g[..., 0:1] * o_cmp + g[..., 1:2] * o_slc + g[..., 2:3] * o_swa
+        if record.state is not None:  # analyze.py: the two attend records become one map per layer
+            self.record_mixture(g, p_cmp, pos - k_pos[0], k_pos)
         return self.output(y, x)
+
+    def record_mixture(self, g, p_cmp, q_rel, k_pos):
+        """Replace the selected and window branches' records with the layer's weight per key: the gates'
+        mixture of the three branches, normalized per query; a compressed key's probability spread evenly
+        over the keys of its block (the mean compressor exactly; the MLP's, as if it were a mean). Visible:
+        the keys of either branch or of a block complete at the query."""
+        slc, swa = record.state["records"][-2:]
+        del record.state["records"][-2:]
+        B, H, Tq, _ = g.shape
+        rel = (k_pos - k_pos[0])[None, :]                                              # (1, Tk)
+        start = torch.arange(p_cmp.size(-1), device=g.device)[:, None] * self.stride   # (nc, 1)
+        spread = ((rel >= start) & (rel < start + self.length)).float() / self.length  # (nc, Tk)
+        p_tok = p_cmp.reshape(B, H, Tq, -1).float() @ spread                           # (B, H, Tq, Tk)
+        g = g.float()
+        w = g[..., 0:1] * p_tok + g[..., 1:2] * slc["probs"] + g[..., 2:3] * swa["probs"]
+        w = w / w.sum(-1, keepdim=True).clamp_min(1e-30)
+        complete = start.T + self.length - 1 <= q_rel[:, None]                          # (Tq, nc)
+        in_complete = (complete.float() @ (spread > 0).float()) > 0                     # (Tq, Tk)
+        record.record_weights(w, slc["allowed"] | swa["allowed"] | in_complete)
 
     def attend_compressed(self, q, kc, vc, q_rel, device):
         """q (B, H, Tq, D) against the compressed keys (B, Hkv, nc, D) of the blocks complete at each query

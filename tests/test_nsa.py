@@ -72,6 +72,31 @@ def test_the_layer_is_the_papers_branches(n_kv_head, stride):
     assert attn.mean_keys_per_query(23) == pytest.approx(mean_keys)   # the FLOPs count: the keys read
 
 
+@pytest.mark.parametrize("stride", [0, 2])
+def test_the_recorded_map_is_the_weight_each_value_gets(stride):
+    """tools.analyze's record of an nsa layer, times the gates' sum and applied to the values, gives the
+    layer's mixture of its three branches (the mean compressor: exact), computed here from the layer's own
+    v (its c_attn rows) and its output before c_proj."""
+    from attention.record import record_attention
+    model = perturbed_model(attention="nsa", pos_encoding="none", n_kv_head=2, sparse_block=4,
+                            nsa_stride=stride, nsa_topk=3, sliding_window=3)
+    attn = model.h[0].attn
+    x = torch.randn(1, 19, 32, generator=torch.Generator().manual_seed(2))
+    seen = {}
+    attn.output = lambda y, x_: seen.setdefault("y", y)
+    with torch.no_grad(), record_attention() as records:
+        attn(x, torch.arange(19))
+    (record,) = records
+    H, Hkv, D = attn.n_head, attn.n_kv_head, attn.head_dim
+    v = (x @ attn.c_attn.weight[(H + Hkv) * D:].T).view(1, 19, Hkv, D).transpose(1, 2)
+    gates = torch.sigmoid(attn.branch_gate(x)).view(1, 19, H, 3)
+    gates[:, :attn.length - 1, :, 0] = 0                 # no compressed block complete yet: no o_cmp
+    gate_sum = gates.sum(-1).transpose(1, 2)[..., None]  # (1, H, T, 1)
+    mixed = (record["probs"] * gate_sum) @ v.repeat_interleave(H // Hkv, dim=1)       # (1, H, T, D)
+    assert (mixed - seen["y"]).abs().max() < 1e-5
+    assert not record["probs"].masked_select(~record["allowed"]).any()
+
+
 def fla_layout(*ts):
     return [t.transpose(1, 2) for t in ts]   # (B, H, T, D) <-> fla's [B, T, H, D]
 
