@@ -4,10 +4,14 @@ ropebase64, ropebase256, ropestretch64}; Men et al.'s bound on RoPE's base from 
 (tools.analyze.rope_base_lower_bound at the configs' head dim and base).
 """
 import functools
+import glob
+import json
+import os
 
 from attention.positional import RoPE
-from tools import analyze
-from tools.tables.source import delta, fmt_sci, md_table, model_of, study, verdict
+from tools import analyze, stats
+from tools.tables.source import delta, fmt_sci, md_table, model_of, results_dir, study, verdict
+from tools.tables.stored import MARGIN
 
 ROPE_CONFIG = "config/ropebase/base10k.py"   # the base studies' model (config/mha.py at base 1e4)
 rope_base_lower_bound = functools.cache(analyze.rope_base_lower_bound)   # one search per (head dim, context)
@@ -31,6 +35,38 @@ def ext_per_position(root):
     return md_table(["model", "sliding window (mean)", *st["ranges"]],
                     [[labels[m]["label"], f"{r['sliding']:.4f}", *(delta(c, 3) for c in r["ranges"])]
                      for m, r in st["rows"].items()])
+
+
+EXT_LATER = "ext64_fox_nsa"   # fox and nsa on ext64's recipe: their runs and tools.eval's JSON per seed
+EXT_LATER_LABELS = {"fox": "FoX, none", "nsa": "NSA, RoPE"}
+
+
+def range_label(start, end, L):
+    """[0, L), [L, 2L), [2L, 4L) ...: a bucket of positions in multiples of the trained length L."""
+    def mult(x):
+        return "0" if x == 0 else "L" if x == L else f"{x // L}L"
+    return f"[{mult(start)}, {mult(end)})"
+
+
+def ext_later_per_position(root):
+    """ext64-per-position's columns for the runs of docs/results/ext64_fox_nsa/: per model, the mean
+    sliding-window test loss at L and each range of the longest windows minus the run's own sliding-window
+    loss, paired over the seeds (eval-s<seed>.json, one per seed, each holding every model's rows)."""
+    diffs, sliding, ranges = {}, {}, []
+    for path in sorted(glob.glob(os.path.join(results_dir(root, EXT_LATER), "eval-s*.json"))):
+        with open(path) as f:
+            rows = json.load(f)
+        for model in dict.fromkeys(r["run"].rsplit("-s", 1)[0] for r in rows):
+            mine = [r for r in rows if r["run"].rsplit("-s", 1)[0] == model]
+            window = next(r["test_loss"] for r in mine if "stride" in r)
+            longest = max((r for r in mine if r.get("buckets")), key=lambda r: r["length"])
+            ranges = [range_label(b["start"], b["end"], longest["block_size"]) for b in longest["buckets"]]
+            sliding.setdefault(model, []).append(window)
+            for i, b in enumerate(longest["buckets"]):
+                diffs.setdefault(model, {}).setdefault(i, []).append(b["loss"] - window)
+    return md_table(["model", "sliding window (mean)", *ranges],
+                    [[EXT_LATER_LABELS.get(m, m), f"{sum(sliding[m]) / len(sliding[m]):.4f}",
+                      *(delta(stats.paired(diffs[m][i], MARGIN), 3) for i in range(len(ranges)))] for m in diffs])
 
 
 def fmt_shift(x):
@@ -103,6 +139,7 @@ def stretch_finetune3(root):
 TABLES = {
     "ext64-vs-rope": ext_vs_rope,
     "ext64-per-position": ext_per_position,
+    "ext64-fox-nsa-per-position": ext_later_per_position,
     "positions750": positions750,
     "rope-bound": rope_bound,
     "ropebase64-paired": base_paired("ropebase64", (64, 1024)),

@@ -94,4 +94,5 @@ TABLES = {
     "flops256-causal-paired-test": paired_table("flops256-causal", FLOPS, "test"),
     "sparse512-window": window_bound("sparse512-window", "eval_window.json"),
     "ladder256-delta-paired-test": paired_table("ladder256_delta", DELTA, "test"),
+    "fair256-fox-nsa-paired-test": paired_table("fair256_fox_nsa", ["mha", "fox", "nsa"], "test"),
 }
