@@ -287,3 +287,29 @@ def test_a_tuned_sweep_grows_by_a_config_whose_rate_is_tuned_then(data_root, tmp
     assert set(plan["configs"]["mqa"]["lr_grid"]) == {"0.001", "0.02"}
     assert os.path.getmtime(out / "lr" / "mha-lr0.001-s1" / "summary.json") == mtime
     assert "mha-s1: finished, skipped" in said and "mqa: learning_rate" in said and "mha: learning_rate" not in said
+
+
+def test_a_restored_run_keeps_its_test_evaluation(tmp_path):
+    """A run copied back by tools.tables.store --restore has test_eval.json and no best.pt: the sweep
+    keeps its evaluation instead of failing on the missing checkpoint; a run whose best.pt is newer
+    than its evaluation is evaluated again."""
+    from tools import sweep
+
+    class Recorder:
+        def __init__(self):
+            self.cmds = []
+
+        def run(self, cmd, log_path):
+            self.cmds.append(cmd)
+            return 0
+
+    restored, stale = tmp_path / "restored-s1", tmp_path / "stale-s1"
+    for run in (restored, stale):
+        run.mkdir()
+        (run / "test_eval.json").write_text("[]")
+    (stale / "best.pt").write_text("newer")
+    os.utime(stale / "test_eval.json", (0, 0))
+    runner = Recorder()
+    runs = [("config/mha.py", 1, str(run), []) for run in (restored, stale)]
+    sweep.evaluate_on_test(runner, runs)
+    assert [c[3] for c in runner.cmds] == [str(stale)]

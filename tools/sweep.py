@@ -550,8 +550,8 @@ def evaluate_on_test(runner, runs):
     for config, _, run_dir, run_overrides in runs:
         path = os.path.join(run_dir, TEST_EVAL)   # what Run.test_eval reads
         ckpt = os.path.join(run_dir, "best.pt")
-        if os.path.isfile(path) and os.path.getmtime(path) >= os.path.getmtime(ckpt):
-            continue
+        if os.path.isfile(path) and (not os.path.isfile(ckpt) or os.path.getmtime(path) >= os.path.getmtime(ckpt)):
+            continue   # evaluated since best.pt changed, or restored from docs/results (no checkpoint to evaluate)
         block_size = parse_keys([config, *run_overrides])["block_size"]
         cmd = [sys.executable, "-m", "tools.eval", run_dir, "--split=test", f"--lengths={block_size}",
                f"--json={path}", f"--plot={os.path.join(run_dir, 'test_eval.png')}"]
