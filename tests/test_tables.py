@@ -408,23 +408,14 @@ def test_the_tuning_grid_marks_the_rate_the_plan_chose_and_the_probe_running(tmp
                                                    "| gla | 0.300 (chosen) | (running) |"]
 
 
-def test_the_study_table_has_a_row_per_config_a_column_per_cell_and_chance_last(tmp_path):
-    """tools.recall's groups (recall.json) at one width: accuracy [interval] where seeds are several,
-    solved k/n, the median step where some seed reached stop_val_acc; a cell a config lacks is '-'."""
-    def group(config, width, pairs, acc, n=1, interval=None, solved=0, steps=None):
-        return {"config": config, "width": width, "row_len": 64, "pairs": pairs, "n": n, "acc": acc,
-                "acc_interval": interval or [acc, acc], "solved": solved, "steps": steps,
-                "params": 1000 + width, "bytes_per_seq": 2 * width}
-    groups = [group("mha4", 64, 4, 0.98, n=3, interval=[0.97, 0.99], solved=3, steps=1300),
-              group("gla", 64, 4, 0.25), group("mha4", 64, 8, 0.5), group("mha4", 128, 4, 0.99, solved=1),
-              {"config": "chance", "width": None, "row_len": 64, "pairs": 4, "acc": 0.25},
-              {"config": "chance", "width": None, "row_len": 64, "pairs": 8, "acc": 0.125}]
-    (tmp_path / "docs/results/recall/study").mkdir(parents=True)
-    (tmp_path / "docs/results/recall/study/recall.json").write_text(json.dumps(groups))
-    assert mqar.study_table(str(tmp_path), 64) == [
-        "| config | params | bytes kept / sequence | 64 tokens, 4 pairs | 64 tokens, 8 pairs |",
-        "|---|---|---|---|---|",
-        "| mha4 | 1,064 | 128 | 0.980 [0.970, 0.990]; 3/3; step 1,300 | 0.500; 0/1 |",
-        "| gla | 1,064 | 128 | 0.250; 0/1 | - |",
-        "| chance (from the files) | - | 0 | 0.250 | 0.125 |"]
-    assert mqar.study_table(str(tmp_path), 128)[2] == "| mha4 | 1,128 | 256 | 0.990; 1/1 | - |"
+def test_a_study_cell_names_accuracy_interval_solved_and_steps():
+    """One config in one cell (tools.recall's group): accuracy [interval] where seeds are several, solved
+    k/n, the median step where some seed reached stop_val_acc; no group is '-', chance its accuracy."""
+    def group(acc, n=1, interval=None, solved=0, steps=None):
+        return {"config": "mha4", "n": n, "acc": acc, "acc_interval": interval or [acc, acc], "solved": solved,
+                "steps": steps}
+    assert mqar.study_cell(group(0.98, n=3, interval=[0.97, 0.99], solved=3, steps=1300)) == \
+        "0.980 [0.970, 0.990]; 3/3; step 1,300"
+    assert mqar.study_cell(group(0.5)) == "0.500; 0/1"
+    assert mqar.study_cell(None) == "-"
+    assert mqar.study_cell({"config": "chance", "acc": 0.125}) == "0.125"

@@ -88,17 +88,6 @@ def study_cell(g):
     return text + (f"; step {g['steps']:,.0f}" if g["steps"] is not None else "") + recall.rate_note(g)
 
 
-def study_table(root, width, configs=None, folder="study", fmt=study_cell):
-    """The recall study at one width (docs/results/recall/<folder>/recall.json, tools.recall's groups): a
-    row per config (of configs, or all) in the order tools.recall was given them, a column per cell, the
-    chance row last; fmt renders a cell (recall.cell: with the paired Δ to the first config)."""
-    groups = recall_groups(root, "recall", folder)
-    runs = [g for g in groups if g["config"] != "chance" and (configs is None or g["config"] in configs)]
-    cells = sorted({(g["row_len"], g["pairs"]) for g in groups})
-    rows = recall.width_rows(runs, [g for g in groups if g["config"] == "chance"], width, cells, fmt)
-    return md_table(["config", "params", "bytes kept / sequence", *(f"{t} tokens, {p} pairs" for t, p in cells)], rows)
-
-
 def reach_cost(root):
     """What a sparse pattern costs the trained runs (the study's recall.json, reach kept from their
     checkpoints): per config, width and cell where the pattern leaves some pair out, the share of queries
