@@ -95,4 +95,5 @@ TABLES = {
     "sparse512-window": window_bound("sparse512-window", "eval_window.json"),
     "ladder256-delta-paired-test": paired_table("ladder256_delta", DELTA, "test"),
     "fair256-fox-nsa-paired-test": paired_table("fair256_fox_nsa", ["mha", "fox", "nsa"], "test"),
+    "flops256-fox-nsa-paired-test": paired_table("flops256_fox_nsa", ["mha", "fox", "nsa"], "test"),
 }
