@@ -63,9 +63,9 @@ def test_an_unsolved_seed_changes_the_count_and_the_answer_column(tmp_path):
     assert answer.recall(str(tmp_path), "gla") == "- / - / -"
 
 
-def group(config, pairs, acc, n=1):
+def group(config, pairs, acc, n=1, width=64):
     """One of tools.recall's groups (recall.json), with only what the table reads."""
-    return {"config": config, "width": 64, "row_len": 64, "pairs": pairs, "n": n, "acc": acc,
+    return {"config": config, "width": width, "row_len": 64, "pairs": pairs, "n": n, "acc": acc,
             "acc_interval": [acc, acc], "solved": int(acc >= 0.95) * n, "steps": None, "reached": 0,
             "params": 1000 + len(config), "bytes_per_seq": 10 * len(config), "learning_rates": [0.01],
             "rates_tried": 1}
@@ -74,8 +74,9 @@ def group(config, pairs, acc, n=1):
 def test_the_study_table_puts_each_cell_beside_the_older_setups(tmp_path):
     """zoology-study-w64: per pair count, Zoology's cell then the older setup's (docs/results/recall/study),
     each read from its own recall.json; '-' where the older setup has no such config."""
-    new = [group("gla", 8, 0.91), group("mha4", 8, 0.99, n=3), group("chance", 8, 0.125)]
-    old = [group("gla", 8, 0.42), group("chance", 8, 0.125), group("gla", 4, 0.33)]
+    new = [group("gla", 8, 0.91), group("mha4", 8, 0.99, n=3), group("chance", 8, 0.125),
+           group("mha4", 8, 0.97, n=3, width=128)]
+    old = [group("gla", 8, 0.42), group("chance", 8, 0.125), group("gla", 4, 0.33), group("gla", 8, 0.5, width=128)]
     for study, groups in (("zoology", new), ("recall", old)):
         path = tmp_path / "docs" / "results" / study / "study" / "recall.json"
         path.parent.mkdir(parents=True)
@@ -87,3 +88,8 @@ def test_the_study_table_puts_each_cell_beside_the_older_setups(tmp_path):
     assert gla["params"] == "1,003" and gla["bytes kept / sequence"] == "30"
     assert "4 pairs" not in table[0]   # the older setup's other cells are not columns of their own
     assert row_of(table, "chance (from the files)")["8 pairs"] == "0.125"
+    # the width-128 table holds the configs that ran at 128, each beside the older setup's at 128
+    wide = zoology.TABLES["zoology-study-w128"](str(tmp_path))
+    assert row_of(wide, "mha4")["8 pairs"].startswith("0.970 [0.970, 0.970]; 3/3")
+    assert "gla" not in [r.split("|")[1].strip() for r in wide[2:]]
+    assert row_of(table, "mha4")["8 pairs"].startswith("0.990")   # width 64's table keeps its own cell

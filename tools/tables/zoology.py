@@ -109,15 +109,16 @@ def test_accuracy(root, variant, pairs, width=64):
 
 
 def study_vs_older(root, width=64):
-    """A row per config of tools.recall's groups on Zoology's model (docs/results/zoology/study): params,
-    bytes kept, then per pair count the cell and the older setup's (no shared convolution, 4,000 steps;
-    docs/results/recall/study) beside it; the chance row last."""
+    """A row per config that ran at this width, of tools.recall's groups on Zoology's model
+    (docs/results/zoology/study): params, bytes kept, then per pair count the cell and the older setup's
+    at the same width (no shared convolution, 4,000 steps; docs/results/recall/study) beside it; the
+    chance row last."""
     new, old = recall_groups(root, "zoology"), recall_groups(root, "recall")
     mine = {(g["config"], g["pairs"]): g for g in new if g["width"] in (width, None)}
     older = {(g["config"], g["pairs"]): g for g in old if g["width"] in (width, None)}
     pairs = sorted({g["pairs"] for g in new})
     rows = []
-    for c in dict.fromkeys(g["config"] for g in new if g["config"] != "chance"):
+    for c in dict.fromkeys(g["config"] for g in new if g["config"] != "chance" and g["width"] == width):
         first = next(g for (name, _), g in mine.items() if name == c)
         rows.append([c, f"{first['params']:,}", f"{first['bytes_per_seq']:,}",
                      *(study_cell(d.get((c, p))) for p in pairs for d in (mine, older))])
@@ -129,4 +130,4 @@ def study_vs_older(root, width=64):
 
 
 TABLES = {"zoology-anchor": cell_table(anchor=True), "zoology-families": families_grid,
-          "zoology-study-w64": study_vs_older}
+          "zoology-study-w64": study_vs_older, "zoology-study-w128": lambda root: study_vs_older(root, 128)}
