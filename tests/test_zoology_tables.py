@@ -45,6 +45,8 @@ def test_the_anchor_row_is_the_stored_runs(tmp_path):
     rate = json.loads((folder / "plan.json").read_text())["configs"]["mha"]["learning_rate"]
     starred = [k for k, v in row.items() if v.endswith(" *")]
     assert starred == [f"lr {zoology.rate_label(rate)}"]
+    # a probe that missed val 0.99 never reads as 0.99
+    assert zoology.grid_cell({"target_reached_iter": None, "best_val_acc": 0.9899}, chosen=False) == "- (0.98)"
     assert len(zoology.TABLES["zoology-families"](str(tmp_path))) == 2   # no family cell stored: header only
 
 

@@ -6,6 +6,7 @@ tools.recall's groups over those runs (docs/results/zoology/study/: recall.json 
 recall.png) beside the older setup's (docs/results/recall/study: no shared convolution, 4,000 steps).
 """
 import glob
+import math
 import os
 import re
 import statistics
@@ -38,9 +39,10 @@ def rate_label(rate):
 
 
 def grid_cell(summary, chosen):
-    """A grid probe: the step it reached stop_val_acc, else its best val accuracy."""
+    """A grid probe: the step it reached stop_val_acc, else its best val accuracy rounded down (0.986 reads
+    0.98, so a probe that missed 0.99 never shows it)."""
     reached = summary.get("target_reached_iter")
-    text = f"{reached:,}" if reached is not None else f"- ({summary['best_val_acc']:.2f})"
+    text = f"{reached:,}" if reached is not None else f"- ({math.floor(summary['best_val_acc'] * 100) / 100:.2f})"
     return text + (" *" if chosen else "")
 
 
